@@ -1,0 +1,216 @@
+"""The one-step arithmetic categorical: the heart of arithmetic sampling.
+
+A categorical distribution over a vocabulary is an arithmetic codebook: lay the
+tokens out in vocabulary order and give token `v` the interval
+`[cdf(v - 1), cdf(v))` of [0, 1). A code `c` selects the token whose interval
+holds it, and what is left of the code, `(c - lo) / (hi - lo)`, is again
+uniform in [0, 1) and selects the next token. Chaining these steps decodes a
+whole sequence from one number; the sequence's interval is as wide as its
+probability.
+
+Worked example, probabilities [0.2, 0.3, 0.5] (intervals [0, .2), [.2, .5),
+[.5, 1)):
+
+  code 0.10 -> token 0, residual (0.10 - 0.0) / 0.2 = 0.5
+  code 0.20 -> token 1, residual 0.0
+  code 0.95 -> token 2, residual (0.95 - 0.5) / 0.5 = 0.9
+
+Numerics. Everything is float32, whatever the logits' dtype. The CDF is a
+parallel cumulative sum of `exp(x - max x)`, made monotone with a cumulative
+max (a parallel scan may round a later prefix below an earlier one). A token
+with zero weight (a -inf logit, e.g. masked by top-k/top-p) is never chosen:
+the chosen token is the *last positive-weight* token whose lower end is <= the
+scaled code, and its interval runs to the lower end of the next
+positive-weight token (or to the total). Those intervals tile [0, total)
+exactly in float32, so every code in [0, 1) selects exactly one token.
+
+A row with a NaN or +inf logit, with no finite logit at all, or with a code
+outside [0, 1) has no sample: its token is -1 and its residual NaN.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from arithmetic_decoding.codes import ONE_BELOW
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class CodeSpace:
+  """A batch of categorical codebooks in unnormalised form.
+
+  Attributes:
+    weight: float32 [batch, vocab]; exp(x - max x), 0 for -inf logits.
+    lower: float32 [batch, vocab]; monotone exclusive cumulative weight, the
+      lower end of each token's interval (in units of `total`).
+    total: float32 [batch]; the last inclusive cumulative weight.
+    log_norm: float32 [batch]; max x + log(total), so log p(v) = x_v - log_norm.
+    valid: bool [batch]; False where the logits have NaN/+inf or no finite
+      entry (no distribution to draw from).
+  """
+
+  weight: jax.Array
+  lower: jax.Array
+  total: jax.Array
+  log_norm: jax.Array
+  valid: jax.Array
+
+
+def code_space(x: jax.Array) -> CodeSpace:
+  """Builds the codebooks of float32 logits `x` [batch, vocab]."""
+  x = x.astype(jnp.float32)
+  # [batch, vocab] -> [batch, 1]; NaN anywhere makes the max NaN.
+  top = jnp.max(x, axis=-1, keepdims=True)
+  valid = jnp.isfinite(top[:, 0])
+  safe_top = jnp.where(jnp.isfinite(top), top, 0.0)
+  # [batch, vocab]
+  weight = jnp.exp(x - safe_top)
+  weight = jnp.where(valid[:, None], weight, 0.0)
+  upper = jax.lax.cummax(jnp.cumsum(weight, axis=-1), axis=1)
+  # [batch, vocab]: shift right by one for the exclusive lower ends.
+  lower = jnp.concatenate([jnp.zeros_like(upper[:, :1]), upper[:, :-1]], axis=-1)
+  # [batch]
+  total = upper[:, -1]
+  log_norm = safe_top[:, 0] + jnp.log(jnp.where(valid, total, 1.0))
+  return CodeSpace(weight, lower, total, log_norm, valid)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class ArithmeticStep:
+  """One decoded token per row.
+
+  Attributes:
+    token: int32 [batch]; the selected token, -1 where `valid` is False.
+    residual: float32 [batch]; the code left for the next step, in [0, 1)
+      (NaN where `valid` is False).
+    log_prob: float32 [batch]; log-probability of `token` under the logits.
+    valid: bool [batch]; the logits and the code admitted a sample.
+  """
+
+  token: jax.Array
+  residual: jax.Array
+  log_prob: jax.Array
+  valid: jax.Array
+
+
+def arithmetic_step(x: jax.Array, codes: jax.Array) -> ArithmeticStep:
+  """Selects one token per row of logits `x` [batch, vocab] with `codes` [batch].
+
+  See the module docstring for the rule. Three reductions over the vocabulary
+  (token, its lower end, the next live lower end) after one cumulative sum.
+  """
+  space = code_space(x)
+  codes = codes.astype(jnp.float32)
+  code_ok = (codes >= 0.0) & (codes < 1.0)
+  # [batch] -> [batch, 1]: the code in units of the unnormalised weights.
+  u = (codes * space.total)[:, None]
+  live = space.weight > 0.0
+  # [batch, vocab]: live tokens whose interval starts at or below u.
+  owned = live & (space.lower <= u)
+  vocab_index = jnp.arange(x.shape[-1], dtype=jnp.int32)[None, :]
+  # [batch, vocab] -> [batch]
+  token = jnp.max(jnp.where(owned, vocab_index, -1), axis=-1)
+  low = jnp.max(jnp.where(owned, space.lower, 0.0), axis=-1)
+  high = jnp.min(
+      jnp.where(live & (space.lower > u), space.lower, space.total[:, None]),
+      axis=-1)
+  residual = (u[:, 0] - low) / jnp.maximum(high - low, jnp.finfo(jnp.float32).tiny)
+  residual = jnp.clip(residual, 0.0, ONE_BELOW)
+  # [batch, vocab] -> [batch]
+  x_token = jnp.sum(jnp.where(vocab_index == token[:, None], x, 0.0), axis=-1)
+  log_prob = x_token.astype(jnp.float32) - space.log_norm
+  valid = space.valid & code_ok & (token >= 0)
+  return ArithmeticStep(
+      token=jnp.where(valid, token, -1),
+      residual=jnp.where(valid, residual, jnp.nan),
+      log_prob=jnp.where(valid, log_prob, jnp.nan),
+      valid=valid)
+
+
+def arithmetic_categorical(logits: jax.Array, codes: jax.Array):
+  """Decodes one token per row from `codes` under categorical(`logits`).
+
+  The drop-in counterpart of `jax.random.categorical(key, logits)`: the code
+  replaces the key. Tokens are laid out in vocabulary order, token v owning
+  [cdf(v - 1), cdf(v)), so a code names the same token on every machine.
+
+  >>> logits = jnp.log(jnp.array([[0.2, 0.3, 0.5]] * 3))
+  >>> tokens, residual = arithmetic_categorical(logits, jnp.array([.1, .2, .95]))
+  >>> tokens.tolist(), [round(r, 4) for r in residual.tolist()]
+  ([0, 1, 2], [0.5, 0.0, 0.9])
+
+  Args:
+    logits: [batch, vocab], any float dtype (bf16 is computed in float32).
+      -inf entries have probability zero and are never chosen.
+    codes: [batch] in [0, 1).
+
+  Returns:
+    tokens: int32 [batch]; -1 for rows without a sample (NaN/+inf logits, no
+      finite logit, code outside [0, 1)).
+    residual codes: float32 [batch] in [0, 1); NaN for rows without a sample.
+  """
+  if logits.ndim != 2:
+    raise ValueError(f"logits must be [batch, vocab]; got shape {logits.shape}.")
+  if codes.shape != logits.shape[:1]:
+    raise ValueError(
+        f"codes must have shape [batch] = {logits.shape[:1]}; got {codes.shape}.")
+  step = arithmetic_step(logits, codes)
+  return step.token, step.residual
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class TokenInterval:
+  """Where given tokens sit in their codebooks (the inverse of a step).
+
+  Attributes:
+    low: float32 [batch]; lower end of the token's interval, as a fraction of
+      [0, 1).
+    width: float32 [batch]; its width (0 for zero-probability tokens).
+    log_prob: float32 [batch]; log-probability of the token.
+    valid: bool [batch]; False where the logits admit no distribution.
+  """
+
+  low: jax.Array
+  width: jax.Array
+  log_prob: jax.Array
+  valid: jax.Array
+
+
+def token_interval(x: jax.Array, tokens: jax.Array) -> TokenInterval:
+  """The interval that `arithmetic_step` decodes to `tokens` [batch].
+
+  A code c (in [0, 1)) selects token t exactly when
+  low <= c < low + width (up to float32 rounding of c * total).
+
+  >>> x = jnp.log(jnp.array([[0.2, 0.3, 0.5]]))
+  >>> iv = token_interval(x, jnp.array([1]))
+  >>> round(float(iv.low[0]), 6), round(float(iv.width[0]), 6)
+  (0.2, 0.3)
+  """
+  space = code_space(x)
+  tokens = tokens.astype(jnp.int32)
+  vocab_index = jnp.arange(x.shape[-1], dtype=jnp.int32)[None, :]
+  is_token = vocab_index == tokens[:, None]
+  live = space.weight > 0.0
+  # [batch, vocab] -> [batch]
+  low = jnp.sum(jnp.where(is_token, space.lower, 0.0), axis=-1)
+  token_live = jnp.any(is_token & live, axis=-1)
+  high = jnp.min(
+      jnp.where(live & (vocab_index > tokens[:, None]), space.lower,
+                space.total[:, None]),
+      axis=-1)
+  total = jnp.where(space.valid, space.total, 1.0)
+  x_token = jnp.sum(jnp.where(is_token, x.astype(jnp.float32), 0.0), axis=-1)
+  log_prob = jnp.where(token_live, x_token - space.log_norm, -jnp.inf)
+  return TokenInterval(
+      low=jnp.where(space.valid, low / total, jnp.nan),
+      width=jnp.where(space.valid, jnp.where(token_live, high - low, 0.0) / total,
+                      jnp.nan),
+      log_prob=jnp.where(space.valid, log_prob, jnp.nan),
+      valid=space.valid)

@@ -1,0 +1,208 @@
+"""T5X's decoding protocol, honoured by duck typing (t5x is never imported).
+
+A T5X model enters decoding only through
+
+  tokens_to_logits(decoding_state) -> (logits [B*N, vocab], new_cache)
+
+where `decoding_state` has the fields of T5X's `DecodingState`. Callbacks see
+the loop state, whose fields include all of T5X's `SamplingLoopState` fields.
+Both are frozen dataclasses registered as pytrees, with T5X's (flax struct)
+`replace` method, so code written against T5X's classes runs unchanged.
+
+The `num_decodes` expansion is batch-major: row `b * N + j` is decode `j` of
+input `b`. For N = 2:
+
+  inputs [[0, 5], [0, 8]]  ->  [[0, 5], [0, 5], [0, 8], [0, 8]]
+
+Every array of the cache is expanded the same way at axis `cache_offset` (1
+for scanned layers, whose leading axis is the layer), except: an entry named
+`cache_index` only when decoding starts from `initial_index` (it is then a
+per-row vector), and `cached_bias` / `position_embedder_index` never (they
+have no batch axis). FrozenDict caches stay FrozenDicts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, Callable, Tuple
+
+import jax
+import jax.numpy as jnp
+
+PyTree = Any
+
+# Cache entries without a batch axis, never expanded (as in T5X).
+_NEVER_EXPANDED = ("cached_bias", "position_embedder_index")
+# Expanded only when decoding starts from a prefilled cache (initial_index).
+_CACHE_INDEX = "cache_index"
+
+
+class _Replaceable:
+  """T5X's states are flax structs; callbacks call `state.replace(...)`."""
+
+  def replace(self, **updates):
+    return dataclasses.replace(self, **updates)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class DecodingState(_Replaceable):
+  """What `tokens_to_logits` sees at each step (T5X's `DecodingState`).
+
+  Attributes:
+    cur_index: int32 [B*N]; position of the token being fed, per row.
+    sequences: int32 [B*N, length]; prompt plus tokens decoded so far; BOS 0
+      at position 0.
+    cur_token: int32 [B*N, 1]; the token being fed (sequences[:, cur_index]).
+    cache: the model's autoregressive cache pytree.
+  """
+
+  cur_index: jax.Array
+  sequences: jax.Array
+  cur_token: jax.Array
+  cache: PyTree
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class SamplingLoopState(_Replaceable):
+  """The decode loop's whole state: T5X's `SamplingLoopState` fields + codes.
+
+  Attributes:
+    step: int32 []; loop iterations so far, from 0.
+    cur_index: int32 [B*N]; position of the token fed at this step.
+    sequences: int32 [B*N, length + 2]; BOS, prompt and decoded tokens, plus
+      two spare slots at the end (rows that reach their length limit before
+      others keep writing into the last one).
+    cache: the model's cache pytree.
+    cur_token: int32 [B*N, 1]; the token fed at this step.
+    ended: bool [B*N, 1]; the row has produced EOS or reached its limit.
+    rng: PRNG key; split every step exactly as T5X does. Arithmetic sampling
+      draws nothing from it (the codes carry the randomness); it is there for
+      callbacks that expect it.
+    log_prob: float32 [B*N]; log-probability of the decoded tokens so far
+      (prompt tokens excluded, EOS included, nothing after EOS).
+    codes: float32 [B*N]; each row's residual code in [0, 1): what is left of
+      its code after the tokens decoded so far (see `categorical`). When the
+      loop encodes instead of decoding it holds a `CodeInterval`.
+  """
+
+  step: jax.Array
+  cur_index: jax.Array
+  sequences: jax.Array
+  cache: PyTree
+  cur_token: jax.Array
+  ended: jax.Array
+  rng: jax.Array
+  log_prob: jax.Array
+  codes: Any
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class CodeInterval(_Replaceable):
+  """The code interval of each row's prefix, while encoding.
+
+  Attributes:
+    low: float32 [B*N]; lower end in [0, 1).
+    width: float32 [B*N]; width (the prefix's probability, in float32).
+  """
+
+  low: jax.Array
+  width: jax.Array
+
+
+def expand_rows(x: jax.Array, num_decodes: int, axis: int = 0) -> jax.Array:
+  """Repeats each entry along `axis` `num_decodes` times, batch-major.
+
+  >>> expand_rows(jnp.array([[0, 5], [0, 8]]), 2).tolist()
+  [[0, 5], [0, 5], [0, 8], [0, 8]]
+  """
+  if num_decodes == 1:
+    return x
+  # [..., B, ...] -> [..., B*N, ...]
+  return jnp.repeat(x, num_decodes, axis=axis)
+
+
+def _last_key_name(path) -> Any:
+  if not path:
+    return None
+  entry = path[-1]
+  for attr in ("key", "name", "idx"):
+    if hasattr(entry, attr):
+      return getattr(entry, attr)
+  return None
+
+
+def expand_cache(cache: PyTree, num_decodes: int, offset: int,
+                 expand_cache_index: bool) -> PyTree:
+  """Expands every batch-carrying cache array for `num_decodes` decodes.
+
+  Leaves named `cached_bias` or `position_embedder_index`, scalars, and
+  `cache_index` unless `expand_cache_index`, are left as they are. The
+  container types (dict, FrozenDict, ...) are preserved.
+  """
+  if num_decodes == 1:
+    return cache
+
+  def expand(path, leaf):
+    name = _last_key_name(path)
+    if name in _NEVER_EXPANDED or (name == _CACHE_INDEX and
+                                   not expand_cache_index):
+      return leaf
+    leaf = jnp.asarray(leaf)
+    if leaf.ndim <= offset:
+      return leaf
+    return expand_rows(leaf, num_decodes, axis=offset)
+
+  return jax.tree_util.tree_map_with_path(expand, cache)
+
+
+def match_container(reference: PyTree, new: PyTree) -> PyTree:
+  """Gives `new` the container type of `reference` (T5X re-freezes caches).
+
+  A model called on a FrozenDict cache may return a plain dict (flax's
+  `mutable=` output); the loop carry must keep one structure, so a
+  non-dict Mapping type (e.g. FrozenDict) is restored by calling it on `new`.
+  """
+  if (isinstance(reference, Mapping) and type(reference) is not dict and
+      isinstance(new, Mapping) and type(new) is not type(reference)):
+    return type(reference)(new)
+  return new
+
+
+def call_model(
+    tokens_to_logits: Callable[[DecodingState], Tuple[jax.Array, PyTree]],
+    state: SamplingLoopState,
+) -> Tuple[jax.Array, PyTree]:
+  """Runs the model on the loop state; checks what it returns.
+
+  Returns:
+    logits [B*N, vocab] as returned (dtype unchanged) and the new cache with
+    the carried cache's container type.
+
+  Raises:
+    ValueError: the logits are not [B*N, vocab], or the new cache's structure
+      differs from the old one's.
+  """
+  decoding_state = DecodingState(
+      cur_index=state.cur_index,
+      # Drop the two spare slots: the model sees [B*N, length].
+      sequences=state.sequences[:, :-2],
+      cur_token=state.cur_token,
+      cache=state.cache)
+  logits, new_cache = tokens_to_logits(decoding_state)
+  rows = state.sequences.shape[0]
+  if len(getattr(logits, "shape", ())) != 2 or logits.shape[0] != rows:
+    raise ValueError(
+        "tokens_to_logits must return logits of shape [batch * num_decodes, "
+        f"vocab] = [{rows}, vocab]; got {getattr(logits, 'shape', None)}.")
+  new_cache = match_container(state.cache, new_cache)
+  old_def = jax.tree_util.tree_structure(state.cache)
+  new_def = jax.tree_util.tree_structure(new_cache)
+  if old_def != new_def:
+    raise ValueError(
+        "tokens_to_logits must return a cache with the structure of the cache "
+        f"it was given; got {new_def}, expected {old_def}.")
+  return logits, new_cache

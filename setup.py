@@ -1,0 +1,36 @@
+"""Packaging for arithmetic-decoding (import name `arithmetic_decoding`)."""
+
+import setuptools
+
+setuptools.setup(
+    name="arithmetic-decoding",
+    version="0.1.0",
+    description=(
+        "Arithmetic sampling for T5X: parallel, diverse, unbiased sampling "
+        "from language models as a drop-in for temperature_sample."
+    ),
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    python_requires=">=3.10",
+    packages=setuptools.find_packages(include=["arithmetic_decoding", "arithmetic_decoding.*"]),
+    install_requires=[
+        "jax>=0.4.30",
+        "numpy>=1.24",
+    ],
+    extras_require={
+        # T5X is not on PyPI: install it from its repository on machines that
+        # run `t5x infer`. The core library never imports it.
+        "t5x": ["t5x @ git+https://github.com/google-research/t5x"],
+        "demo": ["tqdm>=4.60"],
+        "bench": ["tqdm>=4.60"],
+        "test": [
+            "pytest>=7",
+            "hypothesis>=6.80",
+            "scipy>=1.10",
+            "flax>=0.8",
+            "gin-config>=0.5",
+            "tqdm>=4.60",
+        ],
+    },
+)

@@ -1,0 +1,35 @@
+"""Shared test configuration.
+
+* Implicit rank promotion is an error (as in nanodo's tests): shape bugs that
+  broadcasting would hide fail loudly.
+* Hypothesis profiles: `ci` (CI=true) runs the property tests at full size;
+  the default profile is smaller for quick local runs.
+"""
+
+import os
+
+import jax
+import pytest
+from hypothesis import HealthCheck, settings
+
+jax.config.update("jax_numpy_rank_promotion", "raise")
+
+settings.register_profile(
+    "ci", max_examples=10_000, deadline=None, derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile(
+    "dev", max_examples=400, deadline=None, derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get(
+    "HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+
+
+# How a decode function is run in the protocol tests: through the library's
+# own jit, inside a user's jax.jit (every array argument traced), or with jit
+# disabled (the loop runs as Python, op by op).
+RUN_MODES = ("library_jit", "outer_jit", "no_jit")
+
+
+@pytest.fixture(params=RUN_MODES)
+def run_mode(request):
+  return request.param
