@@ -18,11 +18,9 @@ from arithmetic_decoding.categorical import arithmetic_categorical, token_interv
 from arithmetic_decoding.codes import CodeScheme, make_codes, radical_inverse_base2
 from arithmetic_decoding.decoding import (DecodeOptions, arithmetic_encode,
                                           arithmetic_sample)
-from arithmetic_decoding.protocol import (CodeInterval, DecodingState,
-                                          SamplingLoopState)
+from arithmetic_decoding.protocol import DecodingState, SamplingLoopState
 
 __all__ = [
-    "CodeInterval",
     "CodeScheme",
     "DecodeOptions",
     "DecodingState",

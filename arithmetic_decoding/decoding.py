@@ -36,11 +36,11 @@ import jax.numpy as jnp
 from jax import lax
 
 from arithmetic_decoding import validation
-from arithmetic_decoding.categorical import arithmetic_step, token_interval
+from arithmetic_decoding.categorical import (arithmetic_step, refresh_residual,
+                                             token_interval)
 from arithmetic_decoding.codes import CodeScheme, SchemeLike, as_code_scheme, make_codes
-from arithmetic_decoding.protocol import (CodeInterval, DecodingState,
-                                          SamplingLoopState, call_model,
-                                          expand_cache, expand_rows)
+from arithmetic_decoding.protocol import (DecodingState, SamplingLoopState,
+                                          call_model, expand_cache, expand_rows)
 from arithmetic_decoding.transforms import MIN_TEMPERATURE, scale, truncate
 
 PyTree = Any
@@ -106,14 +106,18 @@ class Choice:
 
   Attributes:
     token: int32 [B*N]; the token for rows past their prompt.
-    log_prob: float32 [B*N]; its log-probability.
-    codes: the updated `SamplingLoopState.codes` (used only on active rows).
+    log_prob: float32 [B*N]; its log-probability as reported (raw logits if
+      not `rescale_log_probs`).
+    code_log_prob: float32 [B*N]; its log-probability under the transform:
+      the log of the token's share of the code interval.
+    codes: float32 [B*N]; the updated `SamplingLoopState.codes`.
     valid: bool [B*N]; False where the logits admit no sample (NaN/inf).
   """
 
   token: jax.Array
   log_prob: jax.Array
-  codes: Any
+  code_log_prob: jax.Array
+  codes: jax.Array
   valid: jax.Array
 
 
@@ -138,9 +142,10 @@ def _greedy_or_sample(options: DecodeOptions, temperature: jax.Array,
       lambda g, s: jnp.where(is_greedy, g, s), greedy(), sample())
 
 
-def _choose_by_code(logits: jax.Array, codes: jax.Array, options: DecodeOptions,
-                    dist: Distribution) -> Choice:
+def _choose_by_code(logits: jax.Array, state: SamplingLoopState, key: jax.Array,
+                    options: DecodeOptions, dist: Distribution) -> Choice:
   """Decodes one token per row from its residual code."""
+  codes = state.codes
   # [B*N, V] in float32, whatever the model's dtype.
   raw = logits.astype(jnp.float32)
   topk, topp = _cut(options, dist)
@@ -158,18 +163,20 @@ def _choose_by_code(logits: jax.Array, codes: jax.Array, options: DecodeOptions,
     # The argmax owns all of [0, 1): the code passes through unchanged.
     return token, jnp.zeros_like(codes), codes, valid
 
-  token, log_prob, residual, valid = _greedy_or_sample(
+  token, code_log_prob, residual, valid = _greedy_or_sample(
       options, dist.temperature, sample, greedy)
+  residual = refresh_residual(residual, state.code_log_width + code_log_prob, key)
+  log_prob = code_log_prob
   if not options.rescale_log_probs:
     # [B*N, V] -> [B*N]: log-prob under the untransformed logits.
     picked = jnp.take_along_axis(raw, jnp.maximum(token, 0)[:, None], axis=-1)[:, 0]
     log_prob = picked - jax.nn.logsumexp(raw, axis=-1)
-  return Choice(token, log_prob, residual, valid)
+  return Choice(token, log_prob, code_log_prob, residual, valid)
 
 
-def _choose_target(logits: jax.Array, interval: CodeInterval, target: jax.Array,
+def _choose_target(logits: jax.Array, state: SamplingLoopState, target: jax.Array,
                    options: DecodeOptions, dist: Distribution) -> Choice:
-  """Forces `target` [B*N] and narrows each row's code interval to it."""
+  """Forces `target` [B*N]; moves each prefix's interval lower end to it."""
   raw = logits.astype(jnp.float32)
   topk, topp = _cut(options, dist)
 
@@ -189,14 +196,15 @@ def _choose_target(logits: jax.Array, interval: CodeInterval, target: jax.Array,
 
   low, width, log_prob, valid = _greedy_or_sample(
       options, dist.temperature, sample, greedy)
-  narrowed = CodeInterval(low=interval.low + interval.width * low,
-                          width=interval.width * width)
-  return Choice(target, log_prob, narrowed, valid)
+  del width  # log_prob is the accurate log of the same width.
+  # [B*N]: the prefix's interval [L, L + W) narrows to [L + W * low, ...).
+  new_low = state.codes + jnp.exp(state.code_log_width) * low
+  return Choice(target, log_prob, log_prob, new_low, valid)
 
 
 def _initial_state(inputs: jax.Array, cache: PyTree,
                    initial_index: Optional[jax.Array], rng: jax.Array,
-                   codes: Any) -> SamplingLoopState:
+                   codes: jax.Array) -> SamplingLoopState:
   """The loop state before the first step; inputs are [B*N, L]."""
   rows = inputs.shape[0]
   # [B*N, L] -> [B*N, L + 2]
@@ -217,11 +225,12 @@ def _initial_state(inputs: jax.Array, cache: PyTree,
       ended=jnp.zeros((rows, 1), bool),
       rng=rng,
       log_prob=jnp.zeros((rows,), jnp.float32),
-      codes=codes)
+      codes=codes,
+      code_log_width=jnp.zeros((rows,), jnp.float32))
 
 
 def _run_loop(state: SamplingLoopState, tokens_to_logits: TokensToLogits,
-              choose: Callable[[jax.Array, SamplingLoopState, jax.Array], Choice],
+              choose: Callable[..., Choice],
               max_decode_len: jax.Array, options: DecodeOptions,
               state_callback_fn: Optional[StateCallbackFn],
               logit_callback_fn: Optional[LogitCallbackFn]) -> SamplingLoopState:
@@ -229,8 +238,9 @@ def _run_loop(state: SamplingLoopState, tokens_to_logits: TokensToLogits,
 
   Args:
     state: the initial state (see `_initial_state`).
-    choose: (logits [B*N, V], state, position [B*N]) -> Choice, where
-      `position` is the output position being written.
+    choose: (logits [B*N, V], state, position [B*N], key) -> Choice, where
+      `position` is the output position being written and `key` the step's
+      PRNG key.
     max_decode_len: int32 [] or [B*N]; each row's length limit.
   """
   rows, width = state.sequences.shape
@@ -245,8 +255,9 @@ def _run_loop(state: SamplingLoopState, tokens_to_logits: TokensToLogits,
   def body_fn(state: SamplingLoopState) -> SamplingLoopState:
     if state_callback_fn is not None:
       state = state_callback_fn(state)
+    # The same key stream as T5X; the step key only refreshes residual codes
+    # whose float32 precision is used up (see categorical.refresh_residual).
     step_rng, next_rng = jax.random.split(state.rng)
-    del step_rng  # Codes carry the randomness; the split keeps T5X's stream.
     logits, cache = call_model(tokens_to_logits, state)
     if logit_callback_fn is not None:
       logits = logit_callback_fn(logits, state)
@@ -264,13 +275,14 @@ def _run_loop(state: SamplingLoopState, tokens_to_logits: TokensToLogits,
     ended = state.ended[:, 0]
     active = ~in_prompt & ~ended  # [B*N]: rows that draw a token now
 
-    choice = choose(logits, state, i)
+    choice = choose(logits, state, i, step_rng)
     token = jnp.where(in_prompt, prompt_token, choice.token)
     failed = active & ~choice.valid
     log_prob = state.log_prob + jnp.where(active, choice.log_prob, 0.0)
     log_prob = jnp.where(failed, jnp.nan, log_prob)
-    codes = jax.tree_util.tree_map(
-        lambda new, old: jnp.where(active, new, old), choice.codes, state.codes)
+    codes = jnp.where(active, choice.codes, state.codes)
+    code_log_width = state.code_log_width + jnp.where(active, choice.code_log_prob,
+                                                      0.0)
 
     written = jnp.where(ended | failed, 0, token).astype(jnp.int32)  # [B*N]
     sequences = jnp.where(at_next, written[:, None], state.sequences)
@@ -286,7 +298,8 @@ def _run_loop(state: SamplingLoopState, tokens_to_logits: TokensToLogits,
         ended=now_ended[:, None],
         rng=next_rng,
         log_prob=log_prob,
-        codes=codes)
+        codes=codes,
+        code_log_width=code_log_width)
 
   final = lax.while_loop(cond_fn, body_fn, state)
   if state_callback_fn is not None:
@@ -335,8 +348,8 @@ def _sample_core(inputs, cache, decode_rng, codes, temperature, topk, topp,
   # [B, N] -> [B*N]
   state = _initial_state(inputs_x, cache_x, index_x, loop_rng,
                          codes.reshape(batch * n))
-  choose = lambda logits, state, i: _choose_by_code(logits, state.codes,
-                                                    options, dist)
+  choose = lambda logits, state, i, key: _choose_by_code(logits, state, key,
+                                                         options, dist)
   final = _run_loop(state, tokens_to_logits, choose, max_decode_len, options,
                     state_callback_fn, logit_callback_fn)
   # [B*N, L + 2] -> [B, N, L]: drop BOS and the spare slots.
@@ -365,21 +378,21 @@ def _encode_core(inputs, cache, decode_rng, targets, temperature, topk, topp,
   dist = Distribution(temperature_x, topk, topp)
   rows = batch * n
   targets_x = targets.reshape(rows, length)  # [B, N, L] -> [B*N, L]
-  interval = CodeInterval(low=jnp.zeros((rows,), jnp.float32),
-                          width=jnp.ones((rows,), jnp.float32))
   # Nothing is drawn when encoding; the key is there for callbacks only.
-  state = _initial_state(inputs_x, cache_x, index_x, decode_rng, interval)
+  state = _initial_state(inputs_x, cache_x, index_x, decode_rng,
+                         jnp.zeros((rows,), jnp.float32))
   positions = jnp.arange(length, dtype=jnp.int32)[None, :]
 
-  def choose(logits, state, i):
+  def choose(logits, state, i, key):
+    del key
     # Output position i holds sequences[:, i + 1]; clamp for the spare slot.
     at = positions == jnp.minimum(i, length - 1)[:, None]
     target = jnp.sum(jnp.where(at, targets_x, 0), axis=1)  # [B*N]
-    return _choose_target(logits, state.codes, target, options, dist)
+    return _choose_target(logits, state, target, options, dist)
 
   final = _run_loop(state, tokens_to_logits, choose, max_decode_len, options,
                     state_callback_fn, logit_callback_fn)
-  return (final.codes.low.reshape(batch, n), final.log_prob.reshape(batch, n))
+  return final.codes.reshape(batch, n), final.log_prob.reshape(batch, n)
 
 
 _encode_core_jit = jax.jit(_encode_core, static_argnames=_STATIC)

@@ -85,7 +85,12 @@ class SamplingLoopState(_Replaceable):
       (prompt tokens excluded, EOS included, nothing after EOS).
     codes: float32 [B*N]; each row's residual code in [0, 1): what is left of
       its code after the tokens decoded so far (see `categorical`). When the
-      loop encodes instead of decoding it holds a `CodeInterval`.
+      loop encodes sequences instead, the lower end of each prefix's code
+      interval.
+    code_log_width: float32 [B*N]; log-width of each prefix's code interval,
+      i.e. its log-probability under the temperature/top-k/top-p transform
+      (prompt excluded). It tells how much of the code's float32 precision is
+      used up.
   """
 
   step: jax.Array
@@ -96,21 +101,8 @@ class SamplingLoopState(_Replaceable):
   ended: jax.Array
   rng: jax.Array
   log_prob: jax.Array
-  codes: Any
-
-
-@jax.tree_util.register_dataclass
-@dataclasses.dataclass(frozen=True)
-class CodeInterval(_Replaceable):
-  """The code interval of each row's prefix, while encoding.
-
-  Attributes:
-    low: float32 [B*N]; lower end in [0, 1).
-    width: float32 [B*N]; width (the prefix's probability, in float32).
-  """
-
-  low: jax.Array
-  width: jax.Array
+  codes: jax.Array
+  code_log_width: jax.Array
 
 
 def expand_rows(x: jax.Array, num_decodes: int, axis: int = 0) -> jax.Array:
