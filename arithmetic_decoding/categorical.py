@@ -16,8 +16,9 @@ Worked example, probabilities [0.2, 0.3, 0.5] (intervals [0, .2), [.2, .5),
   code 0.95 -> token 2, residual (0.95 - 0.5) / 0.5 = 0.9
 
 Numerics. Everything is float32, whatever the logits' dtype. The CDF is a
-parallel cumulative sum of `exp(x - max x)`, made monotone with a cumulative
-max (a parallel scan may round a later prefix below an earlier one). A token
+cumulative sum of `exp(x - max x)` computed in parallel over blocks and made
+monotone by construction (`monotone_lower_ends`; a plain parallel scan may
+round a later prefix below an earlier one). A token
 with zero weight (a -inf logit, e.g. masked by top-k/top-p) is never chosen:
 the chosen token is the *last positive-weight* token whose lower end is <= the
 scaled code, and its interval runs to the lower end of the next
@@ -72,6 +73,52 @@ class CodeSpace:
   valid: jax.Array
 
 
+# Entries per block of the two-level prefix sum in `monotone_lower_ends`.
+_BLOCK = 16
+
+
+def monotone_lower_ends(weight: jax.Array):
+  """Exclusive prefix sums of non-negative weights, monotone by construction.
+
+  A parallel scan may round a later prefix below an earlier one; we need
+  lower ends that never decrease. Two levels do it in about two passes:
+  inside blocks of `_BLOCK` entries the prefix is accumulated sequentially
+  (adding a non-negative float never decreases a float sum); the block
+  totals get a (short) cumulative sum, made monotone with a cumulative max;
+  and each lower end is clamped to the start of the next block, which the
+  block's own entries can then never pass.
+
+  Worked example, weights [1, 2, 0, 3, 4] with blocks of 2:
+    in-block exclusive prefixes [0, 1 | 0, 0 | 0]; block totals [3, 3, 4];
+    block starts [0, 3, 6]; lower ends [0, 1, 3, 3, 6]; total 10.
+
+  Args:
+    weight: float32 [batch, vocab], >= 0.
+
+  Returns:
+    lower: float32 [batch, vocab], non-decreasing along vocab, lower[:, 0] = 0.
+    total: float32 [batch], >= every lower end.
+  """
+  batch, vocab = weight.shape
+  block = min(_BLOCK, vocab)
+  padded = -(-vocab // block) * block
+  # [B, V] -> [B, K, block]
+  w = jnp.pad(weight, ((0, 0), (0, padded - vocab))).reshape(batch, -1, block)
+  running = jnp.zeros(w.shape[:2], weight.dtype)  # [B, K]
+  prefixes = []
+  for j in range(block):
+    prefixes.append(running)
+    running = running + w[:, :, j]
+  inner = jnp.stack(prefixes, axis=2)  # [B, K, block], exclusive, monotone
+  # [B, K]: inclusive cumulative block totals, and each block's start.
+  block_end = jax.lax.cummax(jnp.cumsum(running, axis=1), axis=1)
+  block_start = jnp.concatenate([jnp.zeros_like(block_end[:, :1]),
+                                 block_end[:, :-1]], axis=1)
+  lower = jnp.minimum(block_start[:, :, None] + inner, block_end[:, :, None])
+  # [B, K, block] -> [B, V]
+  return lower.reshape(batch, padded)[:, :vocab], block_end[:, -1]
+
+
 def code_space(x: jax.Array) -> CodeSpace:
   """Builds the codebooks of float32 logits `x` [batch, vocab]."""
   x = x.astype(jnp.float32)
@@ -80,13 +127,8 @@ def code_space(x: jax.Array) -> CodeSpace:
   valid = jnp.isfinite(top[:, 0])
   safe_top = jnp.where(jnp.isfinite(top), top, 0.0)
   # [batch, vocab]
-  weight = jnp.exp(x - safe_top)
-  weight = jnp.where(valid[:, None], weight, 0.0)
-  upper = jax.lax.cummax(jnp.cumsum(weight, axis=-1), axis=1)
-  # [batch, vocab]: shift right by one for the exclusive lower ends.
-  lower = jnp.concatenate([jnp.zeros_like(upper[:, :1]), upper[:, :-1]], axis=-1)
-  # [batch]
-  total = upper[:, -1]
+  weight = jnp.where(valid[:, None], jnp.exp(x - safe_top), 0.0)
+  lower, total = monotone_lower_ends(weight)
   log_norm = safe_top[:, 0] + jnp.log(jnp.where(valid, total, 1.0))
   return CodeSpace(weight, lower, total, log_norm, valid)
 

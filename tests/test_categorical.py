@@ -164,3 +164,31 @@ def test_long_sequences_stay_exactly_distributed():
   # Pairs of consecutive late tokens are uniform over the 16 pairs too.
   pairs = (tokens[:, :, 30:47] * 4 + tokens[:, :, 31:48]).ravel()
   assert stats.chisquare(np.bincount(pairs, minlength=16)).pvalue > 1e-4
+
+
+def test_monotone_lower_ends_worked_example():
+  from arithmetic_decoding import categorical
+  weight = jnp.array([[1.0, 2.0, 0.0, 3.0, 4.0]])
+  original = categorical._BLOCK
+  try:
+    categorical._BLOCK = 2
+    lower, total = categorical.monotone_lower_ends(weight)
+  finally:
+    categorical._BLOCK = original
+  np.testing.assert_array_equal(lower, [[0, 1, 3, 3, 6]])
+  np.testing.assert_array_equal(total, [10])
+
+
+@pytest.mark.parametrize("vocab", [1, 2, 15, 16, 17, 1000, 32128, 250112])
+def test_monotone_lower_ends_never_decrease(vocab):
+  from arithmetic_decoding.categorical import monotone_lower_ends
+  rng = np.random.default_rng(vocab)
+  weight = np.exp(rng.normal(0, 8, (3, vocab))).astype(np.float32)
+  weight[:, rng.random(vocab) < 0.5] = 0.0
+  lower, total = map(np.asarray, jax.jit(monotone_lower_ends)(jnp.asarray(weight)))
+  assert np.all(np.diff(lower, axis=1) >= 0) and np.all(lower[:, 0] == 0)
+  assert np.all(total >= lower[:, -1])
+  exact = np.cumsum(weight.astype(np.float64), axis=1)
+  scale = exact[:, -1:] + 1e-30
+  assert np.all(np.abs(lower[:, 1:] - exact[:, :-1]) <= 1e-6 * scale)
+  assert np.all(np.abs(total - exact[:, -1]) <= 1e-6 * scale[:, 0])
