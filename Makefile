@@ -25,7 +25,7 @@ demo: $(VENV)/.demo-installed
 	$(PY) -m arithmetic_decoding.demo
 
 test: $(VENV)/.test-installed
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --doctest-modules arithmetic_decoding tests
 
 bench: $(VENV)/.test-installed
 	$(PY) scripts/bench_sampler.py

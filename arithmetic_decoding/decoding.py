@@ -28,7 +28,6 @@ The prompt's own EOS does not end row 0 (it was already counted); the first
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any, Callable, Mapping, Optional, Tuple, Union
 
 import jax
@@ -121,11 +120,13 @@ class Choice:
   valid: jax.Array
 
 
-def _cut(options: DecodeOptions, dist: Distribution):
-  """The (topk, topp) pair for `transforms.truncate`: static or traced."""
+def _transformed(raw: jax.Array, options: DecodeOptions,
+                 dist: Distribution) -> jax.Array:
+  """[B*N, V] float32 logits -> temperature-scaled, top-k/top-p-masked."""
   topk = options.topk if options.topk is not None else dist.topk
   topp = options.topp if options.topp is not None else dist.topp
-  return topk, topp
+  temperature = jnp.broadcast_to(dist.temperature, raw.shape[:1])  # [B*N]
+  return truncate(scale(raw, temperature), topk, topp)
 
 
 def _greedy_or_sample(options: DecodeOptions, temperature: jax.Array,
@@ -148,13 +149,10 @@ def _choose_by_code(logits: jax.Array, state: SamplingLoopState, key: jax.Array,
   codes = state.codes
   # [B*N, V] in float32, whatever the model's dtype.
   raw = logits.astype(jnp.float32)
-  topk, topp = _cut(options, dist)
 
   def sample():
-    # [B*N, V] -> [B*N, V] -> [B*N]
-    x = truncate(scale(raw, jnp.broadcast_to(dist.temperature, raw.shape[:1])),
-                 topk, topp)
-    step = arithmetic_step(x, codes)
+    # [B*N, V] -> [B*N]
+    step = arithmetic_step(_transformed(raw, options, dist), codes)
     return step.token, step.log_prob, step.residual, step.valid
 
   def greedy():
@@ -178,25 +176,21 @@ def _choose_target(logits: jax.Array, state: SamplingLoopState, target: jax.Arra
                    options: DecodeOptions, dist: Distribution) -> Choice:
   """Forces `target` [B*N]; moves each prefix's interval lower end to it."""
   raw = logits.astype(jnp.float32)
-  topk, topp = _cut(options, dist)
 
   def sample():
-    x = truncate(scale(raw, jnp.broadcast_to(dist.temperature, raw.shape[:1])),
-                 topk, topp)
-    iv = token_interval(x, target)
-    return iv.low, iv.width, iv.log_prob, iv.valid
+    # The interval's width is exp(log_prob); log_prob is the accurate form.
+    iv = token_interval(_transformed(raw, options, dist), target)
+    return iv.low, iv.log_prob, iv.valid
 
   def greedy():
+    # The argmax owns all of [0, 1); every other token owns nothing.
     is_argmax = target == jnp.argmax(raw, axis=-1)
     valid = jnp.isfinite(jnp.max(raw, axis=-1))
     return (jnp.zeros(raw.shape[:1], jnp.float32),
-            is_argmax.astype(jnp.float32),
-            jnp.where(is_argmax, 0.0, -jnp.inf),
-            valid)
+            jnp.where(is_argmax, 0.0, -jnp.inf).astype(jnp.float32), valid)
 
-  low, width, log_prob, valid = _greedy_or_sample(
-      options, dist.temperature, sample, greedy)
-  del width  # log_prob is the accurate log of the same width.
+  low, log_prob, valid = _greedy_or_sample(options, dist.temperature, sample,
+                                           greedy)
   # [B*N]: the prefix's interval [L, L + W) narrows to [L + W * low, ...).
   new_low = state.codes + jnp.exp(state.code_log_width) * low
   return Choice(target, log_prob, log_prob, new_low, valid)

@@ -23,7 +23,6 @@ import sys
 import time
 
 import jax
-import jax.numpy as jnp
 from tqdm import tqdm
 
 from arithmetic_decoding import arithmetic_categorical

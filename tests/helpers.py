@@ -1,6 +1,5 @@
 """Small fake models and a runner for protocol tests."""
 
-import functools
 
 import jax
 import jax.numpy as jnp
@@ -19,14 +18,6 @@ def constant_model(logits):
     return jnp.asarray(logits), {}
 
   return tokens_to_logits
-
-
-def one_hot_logits(tokens, vocab):
-  """[rows] preferred tokens -> [rows, vocab] logits (0 there, NEG elsewhere)."""
-  tokens = np.asarray(tokens)
-  out = np.full((len(tokens), vocab), NEG, np.float32)
-  out[np.arange(len(tokens)), tokens] = 0.0
-  return out
 
 
 def run(mode, fn, *args, traced=(), **kwargs):

@@ -5,8 +5,6 @@ float32 and bfloat16, over vocabularies from 2 to 262,144, and codes that
 include 0.0 and the largest float32 below 1.0.
 """
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -65,7 +63,7 @@ VOCABS = (2, 3, 5, 17, 256, 4099, 32128, 262144)
 BATCH = 4
 
 
-@functools.partial(jax.jit, static_argnames=())
+@jax.jit
 def _step_and_intervals(logits, codes):
   tokens, residual = arithmetic_categorical(logits, codes)
   iv = token_interval(logits.astype(jnp.float32), jnp.maximum(tokens, 0))

@@ -15,7 +15,7 @@ from flax.core import FrozenDict
 from jax.experimental import io_callback
 
 from arithmetic_decoding import SamplingLoopState, arithmetic_sample
-from helpers import EOS_ID, NEG, constant_model, one_hot_logits, run
+from helpers import EOS_ID, NEG, constant_model, run
 
 KEY = jax.random.PRNGKey(0)
 
