@@ -158,6 +158,7 @@ def arithmetic_step(x: jax.Array, codes: jax.Array) -> ArithmeticStep:
   See the module docstring for the rule. Three reductions over the vocabulary
   (token, its lower end, the next live lower end) after one cumulative sum.
   """
+  x = x.astype(jnp.float32)
   space = code_space(x)
   codes = codes.astype(jnp.float32)
   code_ok = (codes >= 0.0) & (codes < 1.0)
@@ -177,7 +178,7 @@ def arithmetic_step(x: jax.Array, codes: jax.Array) -> ArithmeticStep:
   residual = jnp.clip(residual, 0.0, ONE_BELOW)
   # [batch, vocab] -> [batch]
   x_token = jnp.sum(jnp.where(vocab_index == token[:, None], x, 0.0), axis=-1)
-  log_prob = x_token.astype(jnp.float32) - space.log_norm
+  log_prob = x_token - space.log_norm
   valid = space.valid & code_ok & (token >= 0)
   return ArithmeticStep(
       token=jnp.where(valid, token, -1),

@@ -411,6 +411,13 @@ def _run(core, jitted, args, static):
   return jitted(*args, **static)
 
 
+def _key_or_default(decode_rng):
+  """The validated key; None means PRNGKey(0), T5X's default (drop-in parity:
+  pass your own key)."""
+  decode_rng = validation.check_rng(decode_rng)
+  return jax.random.PRNGKey(0) if decode_rng is None else decode_rng
+
+
 def _common_checks(inputs, cache, tokens_to_logits, eos_id, num_decodes,
                    temperature, topk, topp, cache_offset, initial_index,
                    max_decode_steps, max_decode_steps_hard_limit,
@@ -528,10 +535,7 @@ def arithmetic_sample(
       code_scheme=as_code_scheme(code_scheme))
   batch = inputs.shape[0]
   codes = validation.check_codes(codes, batch, options.num_decodes)
-  decode_rng = validation.check_rng(decode_rng)
-  if decode_rng is None:
-    # T5X's default, kept for drop-in parity; pass your own key.
-    decode_rng = jax.random.PRNGKey(0)
+  decode_rng = _key_or_default(decode_rng)
   args = (inputs, cache, decode_rng, codes, temperature, topk, topp,
           initial_index, max_decode_steps)
   static = dict(tokens_to_logits=tokens_to_logits, options=options,
@@ -607,9 +611,7 @@ def arithmetic_encode(
         "sequences must have shape [batch, num, length] with batch, length = "
         f"inputs.shape = {tuple(inputs.shape)}; got {tuple(shape)}.")
   options = dataclasses.replace(options, num_decodes=int(shape[1]))
-  decode_rng = validation.check_rng(decode_rng)
-  if decode_rng is None:
-    decode_rng = jax.random.PRNGKey(0)
+  decode_rng = _key_or_default(decode_rng)
   args = (inputs, cache, decode_rng, jnp.asarray(sequences, jnp.int32),
           temperature, topk,
           topp, initial_index, max_decode_steps)
