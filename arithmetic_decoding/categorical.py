@@ -28,17 +28,19 @@ exactly in float32, so every code in [0, 1) selects exactly one token.
 A row with a NaN or +inf logit, with no finite logit at all, or with a code
 outside [0, 1) has no sample: its token is -1 and its residual NaN.
 
-Precision. A float32 code holds about 24 bits; a decoded prefix of
-probability W has used -log2(W) of them, so the residual's last ~2**-22 / W
-are rounding noise (for a uniform 4-token model the residual is exactly 0
-after 12 tokens, and every later token would be token 0). `refresh_residual`
-replaces that noise with fresh uniform noise, modulo 1. A uniform residual
-plus independent noise modulo 1 is still uniform, so every token stays an
-exact draw from its conditional; and the code alone still decides every
-sequence whose probability is well above 2**-22 (the refresh moves codes by
-less than 2**-22 in code space). Past that precision the remaining tokens
-are drawn with fresh randomness: what the code's infinitely many lower bits,
-random for a uniform code, would have decided.
+Precision. A float32 residual holds about 24 bits. Decoding a token of
+probability p multiplies the residual's error by 1/p, so after the step its
+last ~2**-22 / p are not known: with infinite precision they would be the
+code's next, random bits; in float32 they are rounding (for a uniform 4-token
+model the residual is exactly 0 after 12 tokens, and every later token would
+be token 0). `refresh_residual` fills that unknown part with fresh uniform
+noise, modulo 1. A uniform residual plus independent noise modulo 1 is still
+uniform, so every token stays an exact draw from its conditional, and the
+noise bits it adds are themselves random, so the next step only needs to
+refresh what that step loses. In code space the step moves the code by at
+most 2**-22 times the prefix's probability: these shifts add up to about
+2**-22, so the code alone decides every sequence whose interval is much wider
+than that.
 """
 
 from __future__ import annotations
@@ -223,26 +225,24 @@ def arithmetic_categorical(logits: jax.Array, codes: jax.Array):
 CODE_RESOLUTION = 2.0**-22
 
 
-def refresh_residual(residual: jax.Array, prefix_log_width: jax.Array,
+def refresh_residual(residual: jax.Array, token_log_prob: jax.Array,
                      key: jax.Array) -> jax.Array:
-  """Replaces the residual's float32 rounding noise with fresh uniform noise.
+  """Fills the part of the residual float32 could not resolve with noise.
 
   Args:
-    residual: float32 [batch] in [0, 1), after the step.
-    prefix_log_width: float32 [batch]; log-probability of the prefix decoded
-      so far, this step included (the width of its code interval).
+    residual: float32 [batch] in [0, 1), after a step.
+    token_log_prob: float32 [batch]; log-probability of the token that step
+      decoded (under the distribution it was decoded from).
     key: PRNG key for the noise.
 
   Returns:
     (residual + spread * U) mod 1, U ~ uniform [0, 1) per row, with
-    spread = min(1, CODE_RESOLUTION / width): the part of the residual that
-    float32 could not resolve.
-
-  While the prefix is likely (width 1e-3, say) the spread is ~2e-4 of a
-  residual unit, i.e. 2.4e-7 in code space; once the width drops below the
-  resolution the spread is 1 and each later token is freshly random.
+    spread = min(1, CODE_RESOLUTION / p): the residual's error after a step
+    of probability p. After a token of probability 1e-3 the spread is ~2.4e-4
+    (a shift of 2.4e-7 in the code); after one of probability below 2**-22
+    it is 1: nothing of the code is left and the residual is fresh.
   """
-  spread = jnp.minimum(1.0, CODE_RESOLUTION * jnp.exp(-prefix_log_width))
+  spread = jnp.minimum(1.0, CODE_RESOLUTION * jnp.exp(-token_log_prob))
   noise = jax.random.uniform(key, residual.shape, jnp.float32)
   refreshed = residual + spread * noise
   refreshed = jnp.where(refreshed >= 1.0, refreshed - 1.0, refreshed)

@@ -107,15 +107,12 @@ class Choice:
     token: int32 [B*N]; the token for rows past their prompt.
     log_prob: float32 [B*N]; its log-probability as reported (raw logits if
       not `rescale_log_probs`).
-    code_log_prob: float32 [B*N]; its log-probability under the transform:
-      the log of the token's share of the code interval.
     codes: float32 [B*N]; the updated `SamplingLoopState.codes`.
     valid: bool [B*N]; False where the logits admit no sample (NaN/inf).
   """
 
   token: jax.Array
   log_prob: jax.Array
-  code_log_prob: jax.Array
   codes: jax.Array
   valid: jax.Array
 
@@ -153,7 +150,8 @@ def _choose_by_code(logits: jax.Array, state: SamplingLoopState, key: jax.Array,
   def sample():
     # [B*N, V] -> [B*N]
     step = arithmetic_step(_transformed(raw, options, dist), codes)
-    return step.token, step.log_prob, step.residual, step.valid
+    residual = refresh_residual(step.residual, step.log_prob, key)
+    return step.token, step.log_prob, residual, step.valid
 
   def greedy():
     token = jnp.argmax(raw, axis=-1).astype(jnp.int32)
@@ -161,15 +159,13 @@ def _choose_by_code(logits: jax.Array, state: SamplingLoopState, key: jax.Array,
     # The argmax owns all of [0, 1): the code passes through unchanged.
     return token, jnp.zeros_like(codes), codes, valid
 
-  token, code_log_prob, residual, valid = _greedy_or_sample(
+  token, log_prob, residual, valid = _greedy_or_sample(
       options, dist.temperature, sample, greedy)
-  residual = refresh_residual(residual, state.code_log_width + code_log_prob, key)
-  log_prob = code_log_prob
   if not options.rescale_log_probs:
     # [B*N, V] -> [B*N]: log-prob under the untransformed logits.
     picked = jnp.take_along_axis(raw, jnp.maximum(token, 0)[:, None], axis=-1)[:, 0]
     log_prob = picked - jax.nn.logsumexp(raw, axis=-1)
-  return Choice(token, log_prob, code_log_prob, residual, valid)
+  return Choice(token, log_prob, residual, valid)
 
 
 def _choose_target(logits: jax.Array, state: SamplingLoopState, target: jax.Array,
@@ -191,9 +187,10 @@ def _choose_target(logits: jax.Array, state: SamplingLoopState, target: jax.Arra
 
   low, log_prob, valid = _greedy_or_sample(options, dist.temperature, sample,
                                            greedy)
-  # [B*N]: the prefix's interval [L, L + W) narrows to [L + W * low, ...).
-  new_low = state.codes + jnp.exp(state.code_log_width) * low
-  return Choice(target, log_prob, log_prob, new_low, valid)
+  # [B*N]: the prefix's interval [L, L + W) narrows to [L + W * low, ...),
+  # with W = exp(log-prob of the prefix) (encoding always rescales).
+  new_low = state.codes + jnp.exp(state.log_prob) * low
+  return Choice(target, log_prob, new_low, valid)
 
 
 def _initial_state(inputs: jax.Array, cache: PyTree,
@@ -219,8 +216,7 @@ def _initial_state(inputs: jax.Array, cache: PyTree,
       ended=jnp.zeros((rows, 1), bool),
       rng=rng,
       log_prob=jnp.zeros((rows,), jnp.float32),
-      codes=codes,
-      code_log_width=jnp.zeros((rows,), jnp.float32))
+      codes=codes)
 
 
 def _run_loop(state: SamplingLoopState, tokens_to_logits: TokensToLogits,
@@ -237,7 +233,7 @@ def _run_loop(state: SamplingLoopState, tokens_to_logits: TokensToLogits,
       PRNG key.
     max_decode_len: int32 [] or [B*N]; each row's length limit.
   """
-  rows, width = state.sequences.shape
+  width = state.sequences.shape[1]
   # [1, L + 2]
   slots = jnp.arange(width, dtype=jnp.int32)[None, :]
   # [B*N]: EOS already in the prompt does not end a row.
@@ -249,8 +245,8 @@ def _run_loop(state: SamplingLoopState, tokens_to_logits: TokensToLogits,
   def body_fn(state: SamplingLoopState) -> SamplingLoopState:
     if state_callback_fn is not None:
       state = state_callback_fn(state)
-    # The same key stream as T5X; the step key only refreshes residual codes
-    # whose float32 precision is used up (see categorical.refresh_residual).
+    # The same key stream as T5X; the step key only refreshes the bits of
+    # residual codes that float32 cannot resolve (categorical.refresh_residual).
     step_rng, next_rng = jax.random.split(state.rng)
     logits, cache = call_model(tokens_to_logits, state)
     if logit_callback_fn is not None:
@@ -275,11 +271,11 @@ def _run_loop(state: SamplingLoopState, tokens_to_logits: TokensToLogits,
     log_prob = state.log_prob + jnp.where(active, choice.log_prob, 0.0)
     log_prob = jnp.where(failed, jnp.nan, log_prob)
     codes = jnp.where(active, choice.codes, state.codes)
-    code_log_width = state.code_log_width + jnp.where(active, choice.code_log_prob,
-                                                      0.0)
 
     written = jnp.where(ended | failed, 0, token).astype(jnp.int32)  # [B*N]
     sequences = jnp.where(at_next, written[:, None], state.sequences)
+    # Counted over the whole row, as T5X does: a state callback may write EOS
+    # anywhere (T5X's own example appends one after a given token).
     eos_count = jnp.sum(sequences == options.eos_id, axis=1)  # [B*N]
     now_ended = (ended | (eos_count > initial_eos_count) |
                  (i >= max_decode_len - 1) | failed)
@@ -292,8 +288,7 @@ def _run_loop(state: SamplingLoopState, tokens_to_logits: TokensToLogits,
         ended=now_ended[:, None],
         rng=next_rng,
         log_prob=log_prob,
-        codes=codes,
-        code_log_width=code_log_width)
+        codes=codes)
 
   final = lax.while_loop(cond_fn, body_fn, state)
   if state_callback_fn is not None:

@@ -78,19 +78,16 @@ class SamplingLoopState(_Replaceable):
     cache: the model's cache pytree.
     cur_token: int32 [B*N, 1]; the token fed at this step.
     ended: bool [B*N, 1]; the row has produced EOS or reached its limit.
-    rng: PRNG key; split every step exactly as T5X does. Arithmetic sampling
-      draws nothing from it (the codes carry the randomness); it is there for
-      callbacks that expect it.
+    rng: PRNG key; split every step exactly as T5X does. The codes carry the
+      randomness of the samples; the step keys only refresh the bits of the
+      residual codes that float32 cannot resolve
+      (`categorical.refresh_residual`).
     log_prob: float32 [B*N]; log-probability of the decoded tokens so far
       (prompt tokens excluded, EOS included, nothing after EOS).
     codes: float32 [B*N]; each row's residual code in [0, 1): what is left of
       its code after the tokens decoded so far (see `categorical`). When the
       loop encodes sequences instead, the lower end of each prefix's code
       interval.
-    code_log_width: float32 [B*N]; log-width of each prefix's code interval,
-      i.e. its log-probability under the temperature/top-k/top-p transform
-      (prompt excluded). It tells how much of the code's float32 precision is
-      used up.
   """
 
   step: jax.Array
@@ -102,7 +99,6 @@ class SamplingLoopState(_Replaceable):
   rng: jax.Array
   log_prob: jax.Array
   codes: jax.Array
-  code_log_width: jax.Array
 
 
 def expand_rows(x: jax.Array, num_decodes: int, axis: int = 0) -> jax.Array:
