@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 from typing import Dict, List, Sequence, Tuple
 
 import jax
@@ -197,7 +196,3 @@ def transformed_probs(logits: np.ndarray, temperature: float = 1.0, topk: int = 
     probs /= probs.sum()
   return probs
 
-
-def entropy_bits(distribution: Sequence[Tuple[Tuple[int, ...], float]]) -> float:
-  """Entropy (bits) of an enumerated distribution."""
-  return -sum(p * math.log2(p) for _, p in distribution if p > 0)
