@@ -16,8 +16,8 @@ Modules, in reading order:
 
 from arithmetic_decoding.categorical import arithmetic_categorical, token_interval
 from arithmetic_decoding.codes import CodeScheme, make_codes, radical_inverse_base2
-from arithmetic_decoding.decoding import (DecodeOptions, arithmetic_encode,
-                                          arithmetic_sample)
+from arithmetic_decoding.decoding import (DecodeOptions, ancestral_sample,
+                                          arithmetic_encode, arithmetic_sample)
 from arithmetic_decoding.protocol import DecodingState, SamplingLoopState
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "DecodeOptions",
     "DecodingState",
     "SamplingLoopState",
+    "ancestral_sample",
     "arithmetic_categorical",
     "arithmetic_encode",
     "arithmetic_sample",

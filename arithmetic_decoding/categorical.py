@@ -226,25 +226,26 @@ CODE_RESOLUTION = 2.0**-22
 
 
 def refresh_residual(residual: jax.Array, token_log_prob: jax.Array,
-                     key: jax.Array) -> jax.Array:
+                     noise: jax.Array) -> jax.Array:
   """Fills the part of the residual float32 could not resolve with noise.
 
   Args:
     residual: float32 [batch] in [0, 1), after a step.
     token_log_prob: float32 [batch]; log-probability of the token that step
       decoded (under the distribution it was decoded from).
-    key: PRNG key for the noise.
+    noise: float32 [batch], uniform in [0, 1), independent of the residual
+      (the decode loop draws it per row from the step key and the row's
+      global index, so it does not depend on how rows are sharded).
 
   Returns:
-    (residual + spread * U) mod 1, U ~ uniform [0, 1) per row, with
-    spread = min(1, CODE_RESOLUTION / p): the residual's error after a step
-    of probability p. After a token of probability 1e-3 the spread is ~2.4e-4
-    (a shift of 2.4e-7 in the code); after one of probability below 2**-22
-    it is 1: nothing of the code is left and the residual is fresh.
+    (residual + spread * noise) mod 1, with spread = min(1, CODE_RESOLUTION
+    / p): the residual's error after a step of probability p. After a token
+    of probability 1e-3 the spread is ~2.4e-4 (a shift of 2.4e-7 in the
+    code); after one of probability below 2**-22 it is 1: nothing of the code
+    is left and the residual is fresh.
   """
   spread = jnp.minimum(1.0, CODE_RESOLUTION * jnp.exp(-token_log_prob))
-  noise = jax.random.uniform(key, residual.shape, jnp.float32)
-  refreshed = residual + spread * noise
+  refreshed = residual + spread * noise.astype(jnp.float32)
   refreshed = jnp.where(refreshed >= 1.0, refreshed - 1.0, refreshed)
   return jnp.clip(refreshed, 0.0, ONE_BELOW)
 

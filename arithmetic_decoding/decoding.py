@@ -69,6 +69,9 @@ class DecodeOptions:
     expand_cache_index: decoding starts from `initial_index`, so the cache's
       `cache_index` entries are per-row and get expanded.
     code_scheme: how codes are made when none are given.
+    ancestral: draw each token with `jax.random.categorical` from a per-row
+      key instead of from the row's code (ordinary ancestral sampling, for
+      comparison; the codes are then carried but unused).
   """
 
   eos_id: int
@@ -80,6 +83,7 @@ class DecodeOptions:
   per_row_temperature: bool = False
   expand_cache_index: bool = False
   code_scheme: CodeScheme = CodeScheme.SHIFTED_LATTICE
+  ancestral: bool = False
 
 
 @jax.tree_util.register_dataclass
@@ -140,8 +144,25 @@ def _greedy_or_sample(options: DecodeOptions, temperature: jax.Array,
       lambda g, s: jnp.where(is_greedy, g, s), greedy(), sample())
 
 
+def row_keys(key: jax.Array, row_ids: jax.Array) -> jax.Array:
+  """One PRNG key per row: fold_in(key, global row index).
+
+  A row's randomness then depends on its global index only, never on how
+  the rows are batched or sharded (as in levanter's engine).
+  """
+  # [] key, [R] -> [R] keys
+  return jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, row_ids)
+
+
+def _row_uniform(key: jax.Array, row_ids: jax.Array) -> jax.Array:
+  """float32 [R] uniform in [0, 1), one per row (see `row_keys`)."""
+  return jax.vmap(lambda k: jax.random.uniform(k, (), jnp.float32))(
+      row_keys(key, row_ids))
+
+
 def _choose_by_code(logits: jax.Array, state: SamplingLoopState, key: jax.Array,
-                    options: DecodeOptions, dist: Distribution) -> Choice:
+                    row_ids: jax.Array, options: DecodeOptions,
+                    dist: Distribution) -> Choice:
   """Decodes one token per row from its residual code."""
   codes = state.codes
   # [B*N, V] in float32, whatever the model's dtype.
@@ -150,7 +171,8 @@ def _choose_by_code(logits: jax.Array, state: SamplingLoopState, key: jax.Array,
   def sample():
     # [B*N, V] -> [B*N]
     step = arithmetic_step(_transformed(raw, options, dist), codes)
-    residual = refresh_residual(step.residual, step.log_prob, key)
+    residual = refresh_residual(step.residual, step.log_prob,
+                                _row_uniform(key, row_ids))
     return step.token, step.log_prob, residual, step.valid
 
   def greedy():
@@ -161,11 +183,48 @@ def _choose_by_code(logits: jax.Array, state: SamplingLoopState, key: jax.Array,
 
   token, log_prob, residual, valid = _greedy_or_sample(
       options, dist.temperature, sample, greedy)
-  if not options.rescale_log_probs:
-    # [B*N, V] -> [B*N]: log-prob under the untransformed logits.
-    picked = jnp.take_along_axis(raw, jnp.maximum(token, 0)[:, None], axis=-1)[:, 0]
-    log_prob = picked - jax.nn.logsumexp(raw, axis=-1)
-  return Choice(token, log_prob, residual, valid)
+  return _reported(raw, options, Choice(token, log_prob, residual, valid))
+
+
+def _choose_by_key(logits: jax.Array, state: SamplingLoopState, key: jax.Array,
+                   row_ids: jax.Array, options: DecodeOptions,
+                   dist: Distribution) -> Choice:
+  """Ancestral sampling: each row draws from its own key (see `row_keys`)."""
+  raw = logits.astype(jnp.float32)
+
+  def sample():
+    x = _transformed(raw, options, dist)  # [B*N, V]
+    # NaN anywhere, +inf, or nothing finite: no distribution to draw from.
+    top = jnp.max(x, axis=-1)
+    valid = jnp.isfinite(top) & ~jnp.any(jnp.isnan(x), axis=-1)
+    safe = jnp.where(valid[:, None], x, 0.0)
+    # [R] keys, [R, V] -> [R]
+    token = jax.vmap(jax.random.categorical)(row_keys(key, row_ids), safe)
+    token = token.astype(jnp.int32)
+    log_probs = jax.nn.log_softmax(safe, axis=-1)
+    log_prob = jnp.take_along_axis(log_probs, token[:, None], axis=-1)[:, 0]
+    return (jnp.where(valid, token, -1), jnp.where(valid, log_prob, jnp.nan),
+            valid)
+
+  def greedy():
+    token = jnp.argmax(raw, axis=-1).astype(jnp.int32)
+    return token, jnp.zeros(raw.shape[:1], jnp.float32), jnp.isfinite(
+        jnp.max(raw, axis=-1))
+
+  token, log_prob, valid = _greedy_or_sample(options, dist.temperature, sample,
+                                             greedy)
+  return _reported(raw, options, Choice(token, log_prob, state.codes, valid))
+
+
+def _reported(raw: jax.Array, options: DecodeOptions, choice: Choice) -> Choice:
+  """The log-prob to report: under the transform, or under the raw logits."""
+  if options.rescale_log_probs:
+    return choice
+  # [B*N, V] -> [B*N]: log-prob under the untransformed logits.
+  token = jnp.maximum(choice.token, 0)[:, None]
+  picked = jnp.take_along_axis(raw, token, axis=-1)[:, 0]
+  return dataclasses.replace(choice,
+                             log_prob=picked - jax.nn.logsumexp(raw, axis=-1))
 
 
 def _choose_target(logits: jax.Array, state: SamplingLoopState, target: jax.Array,
@@ -322,33 +381,96 @@ def _expand_inputs(inputs, cache, initial_index, max_decode_steps, temperature,
   return inputs_x, cache_x, index_x, temperature_x, max_decode_len
 
 
-def _sample_core(inputs, cache, decode_rng, codes, temperature, topk, topp,
-                 initial_index, max_decode_steps, *, tokens_to_logits,
-                 options: DecodeOptions, state_callback_fn, logit_callback_fn):
-  """Validated arguments in, sorted ([B, N, L], [B, N], [B, N] codes) out."""
-  batch, length = inputs.shape
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Rows:
+  """Everything one decode needs per row, flattened to R = B*N rows.
+
+  Rows are independent: any subset (a shard of rows on one device) decodes
+  to the same result as it would among all of them.
+
+  Attributes:
+    inputs: int32 [R, L]; each row's prompt (BOS 0 first).
+    cache: the expanded model cache (batch at axis `cache_offset`).
+    initial_index: int32 [R] or None.
+    temperature: float32 [] or [R].
+    max_decode_len: int32 [] or [R]; each row's length limit.
+    codes: float32 [R]; each row's code.
+    row_ids: int32 [R]; global row index b*N + j (selects per-row noise).
+    rng: the loop's PRNG key (the same for all rows).
+  """
+
+  inputs: jax.Array
+  cache: PyTree
+  initial_index: Optional[jax.Array]
+  temperature: jax.Array
+  max_decode_len: jax.Array
+  codes: jax.Array
+  row_ids: jax.Array
+  rng: jax.Array
+
+
+def make_rows(inputs, cache, decode_rng, codes, temperature, initial_index,
+              max_decode_steps, options: DecodeOptions) -> Rows:
+  """Validated [B, ...] arguments -> `Rows` for B*N rows."""
+  batch = inputs.shape[0]
   n = options.num_decodes
   codes_rng, loop_rng = jax.random.split(decode_rng)
   if codes is None:
     codes = make_codes(codes_rng, batch, n, options.code_scheme)
   inputs_x, cache_x, index_x, temperature_x, max_decode_len = _expand_inputs(
       inputs, cache, initial_index, max_decode_steps, temperature, options)
-  dist = Distribution(temperature_x, topk, topp)
   # [B, N] -> [B*N]
-  state = _initial_state(inputs_x, cache_x, index_x, loop_rng,
-                         codes.reshape(batch * n))
-  choose = lambda logits, state, i, key: _choose_by_code(logits, state, key,
-                                                         options, dist)
-  final = _run_loop(state, tokens_to_logits, choose, max_decode_len, options,
-                    state_callback_fn, logit_callback_fn)
-  # [B*N, L + 2] -> [B, N, L]: drop BOS and the spare slots.
-  decodes = final.sequences[:, 1:-1].reshape(batch, n, length)
-  log_probs = final.log_prob.reshape(batch, n)
-  # Sort each input's samples by increasing log-probability, as T5X does.
+  return Rows(inputs_x, cache_x, index_x, temperature_x, max_decode_len,
+              codes.reshape(batch * n).astype(jnp.float32),
+              jnp.arange(batch * n, dtype=jnp.int32), loop_rng)
+
+
+def decode_rows(rows: Rows, topk, topp, *, tokens_to_logits,
+                options: DecodeOptions, state_callback_fn=None,
+                logit_callback_fn=None):
+  """Decodes every row to its end. Unsorted, one result per row.
+
+  Returns:
+    decodes int32 [R, L] (BOS dropped), log_probs float32 [R], codes
+    float32 [R] (the codes the rows started from).
+  """
+  dist = Distribution(rows.temperature, topk, topp)
+  state = _initial_state(rows.inputs, rows.cache, rows.initial_index, rows.rng,
+                         rows.codes)
+  chooser = _choose_by_key if options.ancestral else _choose_by_code
+  choose = lambda logits, state, i, key: chooser(logits, state, key,
+                                                 rows.row_ids, options, dist)
+  final = _run_loop(state, tokens_to_logits, choose, rows.max_decode_len,
+                    options, state_callback_fn, logit_callback_fn)
+  # [R, L + 2] -> [R, L]: drop BOS and the spare slots.
+  return final.sequences[:, 1:-1], final.log_prob, rows.codes
+
+
+def sort_samples(decodes, log_probs, codes, batch: int, num_decodes: int):
+  """[B*N, ...] rows -> [B, N, ...], each input's samples by increasing
+  log-probability (as T5X returns them)."""
+  n = num_decodes
+  decodes = decodes.reshape(batch, n, decodes.shape[-1])  # [B*N, L] -> [B, N, L]
+  log_probs = log_probs.reshape(batch, n)
+  codes = codes.reshape(batch, n)
   order = jnp.argsort(log_probs, axis=-1)  # [B, N]
   return (jnp.take_along_axis(decodes, order[:, :, None], axis=1),
           jnp.take_along_axis(log_probs, order, axis=1),
           jnp.take_along_axis(codes, order, axis=1))
+
+
+def _sample_core(inputs, cache, decode_rng, codes, temperature, topk, topp,
+                 initial_index, max_decode_steps, *, tokens_to_logits,
+                 options: DecodeOptions, state_callback_fn, logit_callback_fn):
+  """Validated arguments in, sorted ([B, N, L], [B, N], [B, N] codes) out."""
+  rows = make_rows(inputs, cache, decode_rng, codes, temperature,
+                   initial_index, max_decode_steps, options)
+  decodes, log_probs, row_codes = decode_rows(
+      rows, topk, topp, tokens_to_logits=tokens_to_logits, options=options,
+      state_callback_fn=state_callback_fn, logit_callback_fn=logit_callback_fn)
+  return sort_samples(decodes, log_probs, row_codes, inputs.shape[0],
+                      options.num_decodes)
 
 
 _STATIC = ("tokens_to_logits", "options", "state_callback_fn", "logit_callback_fn")
@@ -518,6 +640,21 @@ def arithmetic_sample(
         jnp.zeros((1, 3), jnp.int32), {}, tokens_to_logits, eos_id=1,
         decode_rng=jax.random.PRNGKey(0), num_decodes=4, topk=0)
   """
+  decodes, log_probs, sorted_codes = _sample(
+      inputs, cache, tokens_to_logits, eos_id, decode_rng, num_decodes,
+      temperature, topk, topp, cache_offset, initial_index, max_decode_steps,
+      max_decode_steps_hard_limit, rescale_log_probs, state_callback_fn,
+      logit_callback_fn, codes=codes, code_scheme=code_scheme, ancestral=False)
+  if return_codes:
+    return decodes, log_probs, sorted_codes
+  return decodes, log_probs
+
+
+def _sample(inputs, cache, tokens_to_logits, eos_id, decode_rng, num_decodes,
+            temperature, topk, topp, cache_offset, initial_index,
+            max_decode_steps, max_decode_steps_hard_limit, rescale_log_probs,
+            state_callback_fn, logit_callback_fn, *, codes, code_scheme,
+            ancestral):
   (inputs, temperature, topk, topp, initial_index, max_decode_steps,
    options) = _common_checks(inputs, cache, tokens_to_logits, eos_id,
                              num_decodes, temperature, topk, topp, cache_offset,
@@ -527,7 +664,8 @@ def arithmetic_sample(
   options = dataclasses.replace(
       options,
       rescale_log_probs=bool(rescale_log_probs),
-      code_scheme=as_code_scheme(code_scheme))
+      code_scheme=as_code_scheme(code_scheme),
+      ancestral=ancestral)
   batch = inputs.shape[0]
   codes = validation.check_codes(codes, batch, options.num_decodes)
   decode_rng = _key_or_default(decode_rng)
@@ -536,11 +674,43 @@ def arithmetic_sample(
   static = dict(tokens_to_logits=tokens_to_logits, options=options,
                 state_callback_fn=state_callback_fn,
                 logit_callback_fn=logit_callback_fn)
-  decodes, log_probs, sorted_codes = _run(_sample_core, _sample_core_jit, args,
-                                          static)
-  if return_codes:
-    return decodes, log_probs, sorted_codes
-  return decodes, log_probs
+  return _run(_sample_core, _sample_core_jit, args, static)
+
+
+def ancestral_sample(
+    inputs: jax.Array,
+    cache: Mapping[str, jax.Array],
+    tokens_to_logits: TokensToLogits,
+    eos_id: int,
+    decode_rng: Optional[jax.Array] = None,
+    num_decodes: int = 1,
+    temperature: Union[float, jax.Array] = 1.0,
+    topk: int = 1,
+    topp: float = 0.0,
+    cache_offset: int = 0,
+    initial_index: Optional[jax.Array] = None,
+    max_decode_steps: Optional[Union[int, jax.Array]] = None,
+    max_decode_steps_hard_limit: Optional[int] = None,
+    rescale_log_probs: bool = True,
+    state_callback_fn: Optional[StateCallbackFn] = None,
+    logit_callback_fn: Optional[LogitCallbackFn] = None,
+):
+  """Ordinary ancestral sampling in the same loop: T5X's `temperature_sample`.
+
+  Same signature, defaults and returns as `arithmetic_sample` (without the
+  code arguments) and the same loop; each token is drawn with
+  `jax.random.categorical` instead of from a code. The one difference from
+  T5X: every row draws from its own key, `fold_in(step_key, row)`
+  (`row_keys`), where T5X draws the whole batch from one step key, so a
+  row's sample does not depend on the batch or on the sharding around it.
+  The baseline that arithmetic sampling is measured against.
+  """
+  return _sample(
+      inputs, cache, tokens_to_logits, eos_id, decode_rng, num_decodes,
+      temperature, topk, topp, cache_offset, initial_index, max_decode_steps,
+      max_decode_steps_hard_limit, rescale_log_probs, state_callback_fn,
+      logit_callback_fn, codes=None, code_scheme=CodeScheme.IID,
+      ancestral=True)[:2]
 
 
 def arithmetic_encode(

@@ -132,13 +132,14 @@ def test_chosen_token_is_possible_and_holds_the_code(seed, vocab, dtype,
 def test_refresh_spreads_only_the_unresolved_part():
   from arithmetic_decoding.categorical import CODE_RESOLUTION, refresh_residual
   residual = jnp.full((1000,), 0.25)
-  key = jax.random.PRNGKey(0)
+  noise = jax.random.uniform(jax.random.PRNGKey(0), (1000,))
   # A likely token: the residual moves by at most CODE_RESOLUTION / p.
-  moved = np.asarray(refresh_residual(residual, jnp.full((1000,), np.log(1e-3)), key))
+  moved = np.asarray(refresh_residual(residual, jnp.full((1000,), np.log(1e-3)),
+                                      noise))
   assert np.all(moved >= 0.25) and np.all(moved <= 0.25 + CODE_RESOLUTION / 1e-3)
   assert moved.max() > 0.25 + 0.5 * CODE_RESOLUTION / 1e-3
   # A token below the resolution used up the code: the residual is fresh.
-  fresh = np.asarray(refresh_residual(residual, jnp.full((1000,), -40.0), key))
+  fresh = np.asarray(refresh_residual(residual, jnp.full((1000,), -40.0), noise))
   assert np.all((fresh >= 0) & (fresh < 1)) and fresh.std() > 0.25
 
 

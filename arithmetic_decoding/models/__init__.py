@@ -1,0 +1,17 @@
+"""Models that speak T5X's decoding protocol: a T5.1.1 / mT5 encoder-decoder."""
+
+from arithmetic_decoding.models.config import PRESETS, T5Config, preset
+from arithmetic_decoding.models.t5 import (EncoderDecoderModel, T5,
+                                           cache_logical_axes, init_cache,
+                                           relative_position_bucket)
+
+__all__ = [
+    "EncoderDecoderModel",
+    "PRESETS",
+    "T5",
+    "T5Config",
+    "cache_logical_axes",
+    "init_cache",
+    "preset",
+    "relative_position_bucket",
+]

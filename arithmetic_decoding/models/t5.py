@@ -1,0 +1,424 @@
+"""A compact T5.1.1 / mT5 encoder-decoder in Flax, speaking T5X's protocol.
+
+Architecture (T5.1.1 as used by mT5): pre-norm blocks with RMS layer norm
+(scale only, no bias, no mean subtraction); attention without biases and
+without 1/sqrt(d_kv) (folded into the query initialisation); one relative
+position bias table per stack, shared by its layers (bidirectional buckets in
+the encoder, causal ones in the decoder); gated-GELU feed-forward
+(`gelu(x W0) * (x W1)`); token embedding shared by encoder and decoder input;
+untied output projection. No dropout: this model only decodes.
+
+Every parameter and activation carries logical axis names (see
+`sharding.LOGICAL_AXIS_RULES`): parameters through
+`nn.with_logical_partitioning`, activations through
+`nn.with_logical_constraint`, which constrain only under a mesh and a rules
+context (set by `sharding`), and are plain identities elsewhere.
+
+The decode cache is an explicit pytree, batch at axis 0:
+
+  {"layer_0": {"key": [B, T, H, K], "value": [B, T, H, K]}, ...}
+
+written at each row's `cur_index` (so rows may sit at different positions, as
+they do after T5X's `initial_index`). Cross-attention keys and values are
+projected from the encoded input at every step, as T5X's decoder does.
+
+Shapes: B batch, S encoder length, T decoder length, D d_model, H heads,
+K d_kv, F d_ff, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, Optional, Tuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from arithmetic_decoding.models.config import T5Config
+from arithmetic_decoding.protocol import expand_rows
+
+PyTree = Any
+# Added to masked attention logits (finite, so a fully masked row stays NaN-free).
+_MASK = -1e10
+
+
+def relative_position_bucket(relative_position: jax.Array, bidirectional: bool,
+                             num_buckets: int, max_distance: int) -> jax.Array:
+  """Maps key_position - query_position to T5's relative attention buckets.
+
+  Small distances get a bucket each; larger ones share logarithmically wider
+  buckets up to `max_distance`, beyond which all share the last. In the
+  bidirectional (encoder) case half the buckets are for keys after the query.
+  Causal buckets count only keys at or before the query (later ones -> 0).
+
+  >>> rp = jnp.array([-20, -3, -1, 0, 1, 3, 20])
+  >>> relative_position_bucket(rp, True, 8, 16).tolist()
+  [3, 2, 1, 0, 5, 6, 7]
+  >>> relative_position_bucket(rp, False, 8, 16).tolist()
+  [7, 3, 1, 0, 0, 0, 0]
+  """
+  distance = -relative_position  # > 0: the key is before the query.
+  bucket = jnp.zeros_like(relative_position)
+  if bidirectional:
+    num_buckets //= 2
+    bucket = jnp.where(distance < 0, num_buckets, 0)
+    distance = jnp.abs(distance)
+  else:
+    distance = jnp.maximum(distance, 0)
+  exact = num_buckets // 2
+  # Logarithmic buckets for exact <= distance < max_distance.
+  scaled = (jnp.log(jnp.maximum(distance, 1).astype(jnp.float32) / exact) /
+            math.log(max_distance / exact) * (num_buckets - exact))
+  far = jnp.minimum(exact + scaled.astype(jnp.int32), num_buckets - 1)
+  return bucket + jnp.where(distance < exact, distance, far)
+
+
+def _param(module: nn.Module, name: str, shape, axes, std: float, dtype):
+  init = nn.initializers.normal(stddev=std)
+  return module.param(name, nn.with_logical_partitioning(init, axes), shape,
+                      dtype)
+
+
+def _constrain(x: jax.Array, axes) -> jax.Array:
+  return nn.with_logical_constraint(x, axes)
+
+
+class RMSNorm(nn.Module):
+  """T5's layer norm: x / rms(x) * scale, computed in float32."""
+
+  config: T5Config
+
+  @nn.compact
+  def __call__(self, x):
+    cfg = self.config
+    scale = self.param(
+        "scale", nn.with_logical_partitioning(nn.initializers.ones, ("embed",)),
+        (cfg.d_model,), cfg.parameter_dtype)
+    x32 = x.astype(jnp.float32)
+    variance = jnp.mean(jnp.square(x32), axis=-1, keepdims=True)
+    y = x32 * jax.lax.rsqrt(variance + cfg.layer_norm_epsilon)
+    return (y * scale.astype(jnp.float32)).astype(cfg.activation_dtype)
+
+
+class RelativePositionBias(nn.Module):
+  """[H, buckets] table -> attention bias [B, H, Tq, Tk] from positions."""
+
+  config: T5Config
+  bidirectional: bool
+
+  @nn.compact
+  def __call__(self, query_positions, key_positions):
+    """query_positions int [B, Tq], key_positions int [Tk]."""
+    cfg = self.config
+    table = _param(self, "rel_embedding",
+                   (cfg.num_heads, cfg.relative_attention_num_buckets),
+                   ("heads", "relpos_buckets"), 1.0, cfg.parameter_dtype)
+    # [B, Tq, 1], [1, 1, Tk] -> [B, Tq, Tk]
+    relative = key_positions[None, None, :] - query_positions[:, :, None]
+    buckets = relative_position_bucket(relative, self.bidirectional,
+                                       cfg.relative_attention_num_buckets,
+                                       cfg.relative_attention_max_distance)
+    # [H, buckets] gathered at [B, Tq, Tk] -> [H, B, Tq, Tk] -> [B, H, Tq, Tk]
+    bias = jnp.transpose(table[:, buckets], (1, 0, 2, 3))
+    return bias.astype(cfg.activation_dtype)
+
+
+class Attention(nn.Module):
+  """Multi-head attention without biases or logit scaling (T5)."""
+
+  config: T5Config
+
+  def setup(self):
+    cfg = self.config
+    d, h, k = cfg.d_model, cfg.num_heads, cfg.d_kv
+    dt = cfg.parameter_dtype
+    self.query = _param(self, "query", (d, h, k), ("embed", "heads", "kv"),
+                        (d * k) ** -0.5, dt)
+    self.key = _param(self, "key", (d, h, k), ("embed", "heads", "kv"),
+                      d ** -0.5, dt)
+    self.value = _param(self, "value", (d, h, k), ("embed", "heads", "kv"),
+                        d ** -0.5, dt)
+    self.out = _param(self, "out", (h, k, d), ("heads", "kv", "embed"),
+                      (h * k) ** -0.5, dt)
+
+  def _project(self, x, kernel):
+    dt = self.config.activation_dtype
+    # [B, T, D] x [D, H, K] -> [B, T, H, K]
+    y = jnp.einsum("btd,dhk->bthk", x, kernel.astype(dt))
+    return _constrain(y, ("batch", "length", "heads", "kv"))
+
+  def project_kv(self, x):
+    return self._project(x, self.key), self._project(x, self.value)
+
+  def __call__(self, x, keys, values, bias):
+    """x [B, Tq, D]; keys, values [B, Tk, H, K]; bias [B, H or 1, Tq, Tk]."""
+    dt = self.config.activation_dtype
+    q = self._project(x, self.query)
+    # [B, Tq, H, K] x [B, Tk, H, K] -> [B, H, Tq, Tk]
+    logits = jnp.einsum("bqhk,bthk->bhqt", q, keys).astype(jnp.float32)
+    weights = jax.nn.softmax(logits + bias.astype(jnp.float32), axis=-1)
+    # [B, H, Tq, Tk] x [B, Tk, H, K] -> [B, Tq, H, K]
+    mixed = jnp.einsum("bhqt,bthk->bqhk", weights.astype(dt), values)
+    mixed = _constrain(mixed, ("batch", "length", "heads", "kv"))
+    # [B, Tq, H, K] x [H, K, D] -> [B, Tq, D]
+    y = jnp.einsum("bqhk,hkd->bqd", mixed, self.out.astype(dt))
+    return _constrain(y, ("batch", "length", "embed"))
+
+
+class GatedGeluMlp(nn.Module):
+  """gelu(x W0) * (x W1) -> W_out."""
+
+  config: T5Config
+
+  @nn.compact
+  def __call__(self, x):
+    cfg = self.config
+    d, f, dt = cfg.d_model, cfg.d_ff, cfg.activation_dtype
+    wi_0 = _param(self, "wi_0", (d, f), ("embed", "mlp"), d ** -0.5,
+                  cfg.parameter_dtype)
+    wi_1 = _param(self, "wi_1", (d, f), ("embed", "mlp"), d ** -0.5,
+                  cfg.parameter_dtype)
+    wo = _param(self, "wo", (f, d), ("mlp", "embed"), f ** -0.5,
+                cfg.parameter_dtype)
+    # [B, T, D] -> [B, T, F]
+    gate = jax.nn.gelu(x @ wi_0.astype(dt), approximate=True)
+    hidden = _constrain(gate * (x @ wi_1.astype(dt)), ("batch", "length", "mlp"))
+    # [B, T, F] -> [B, T, D]
+    return _constrain(hidden @ wo.astype(dt), ("batch", "length", "embed"))
+
+
+class EncoderLayer(nn.Module):
+  config: T5Config
+
+  @nn.compact
+  def __call__(self, x, bias):
+    cfg = self.config
+    h = RMSNorm(cfg, name="pre_attention_norm")(x)
+    attention = Attention(cfg, name="attention")
+    keys, values = attention.project_kv(h)
+    x = x + attention(h, keys, values, bias)
+    return x + GatedGeluMlp(cfg, name="mlp")(RMSNorm(cfg, name="pre_mlp_norm")(x))
+
+
+class DecoderLayer(nn.Module):
+  """Self-attention (full or one cached step), cross-attention, MLP."""
+
+  config: T5Config
+
+  @nn.compact
+  def __call__(self, x, self_bias, encoded, cross_bias, cache=None,
+               write_at=None):
+    """x [B, T, D] (T = 1 with a cache); write_at bool [B, Tcache]."""
+    cfg = self.config
+    h = RMSNorm(cfg, name="pre_self_attention_norm")(x)
+    self_attention = Attention(cfg, name="self_attention")
+    keys, values = self_attention.project_kv(h)
+    new_cache = None
+    if cache is not None:
+      # Write this step's key/value at each row's position: [B, 1, H, K] into
+      # [B, Tcache, H, K] where write_at [B, Tcache] is one-hot.
+      where = write_at[:, :, None, None]
+      keys = jnp.where(where, keys, cache["key"])
+      values = jnp.where(where, values, cache["value"])
+      axes = ("cache_batch", "cache_length", "cache_heads", "cache_kv")
+      keys, values = _constrain(keys, axes), _constrain(values, axes)
+      new_cache = {"key": keys, "value": values}
+    x = x + self_attention(h, keys, values, self_bias)
+    h = RMSNorm(cfg, name="pre_cross_attention_norm")(x)
+    cross_attention = Attention(cfg, name="cross_attention")
+    enc_keys, enc_values = cross_attention.project_kv(encoded)
+    x = x + cross_attention(h, enc_keys, enc_values, cross_bias)
+    x = x + GatedGeluMlp(cfg, name="mlp")(RMSNorm(cfg, name="pre_mlp_norm")(x))
+    return x, new_cache
+
+
+def _padding_bias(key_mask: jax.Array) -> jax.Array:
+  """bool [B, Tk] (True = attend) -> additive bias [B, 1, 1, Tk]."""
+  return jnp.where(key_mask, 0.0, _MASK)[:, None, None, :].astype(jnp.float32)
+
+
+class T5(nn.Module):
+  """The encoder-decoder. Methods: `encode`, `decode` (teacher-forced),
+  `decode_step` (one cached step), `__call__` (all three, for init)."""
+
+  config: T5Config
+
+  def setup(self):
+    cfg = self.config
+    self.token_embedder = _param(self, "token_embedder",
+                                 (cfg.vocab_size, cfg.d_model),
+                                 ("vocab", "embed"), 1.0, cfg.parameter_dtype)
+    self.encoder_relpos = RelativePositionBias(cfg, bidirectional=True)
+    self.decoder_relpos = RelativePositionBias(cfg, bidirectional=False)
+    self.encoder_layers = [EncoderLayer(cfg, name=f"encoder_{i}")
+                           for i in range(cfg.num_encoder_layers)]
+    self.decoder_layers = [DecoderLayer(cfg, name=f"decoder_{i}")
+                           for i in range(cfg.num_decoder_layers)]
+    self.encoder_norm = RMSNorm(cfg)
+    self.decoder_norm = RMSNorm(cfg)
+    self.logits_dense = _param(self, "logits_dense",
+                               (cfg.d_model, cfg.vocab_size),
+                               ("embed", "vocab"), cfg.d_model ** -0.5,
+                               cfg.parameter_dtype)
+
+  def _embed(self, tokens):
+    dt = self.config.activation_dtype
+    # [B, T] -> [B, T, D]
+    x = jnp.take(self.token_embedder, tokens, axis=0).astype(dt)
+    return _constrain(x, ("batch", "length", "embed"))
+
+  def _logits(self, x):
+    dt = self.config.activation_dtype
+    # [B, T, D] -> [B, T, V]
+    logits = self.decoder_norm(x) @ self.logits_dense.astype(dt)
+    return _constrain(logits, ("batch", "length", "vocab"))
+
+  def encode(self, encoder_tokens):
+    """int [B, S] (0 = padding) -> encoded [B, S, D]."""
+    batch, length = encoder_tokens.shape
+    mask = encoder_tokens > 0
+    positions = jnp.broadcast_to(jnp.arange(length)[None, :], (batch, length))
+    bias = (self.encoder_relpos(positions, jnp.arange(length)) +
+            _padding_bias(mask))
+    x = self._embed(encoder_tokens)
+    for layer in self.encoder_layers:
+      x = layer(x, bias)
+    return self.encoder_norm(x)
+
+  def decode(self, encoded, encoder_mask, decoder_input_tokens):
+    """Teacher-forced: decoder inputs [B, T] (BOS 0 first) -> logits [B, T, V].
+
+    Logits at position t predict the token after decoder_input_tokens[:, t].
+    """
+    batch, length = decoder_input_tokens.shape
+    positions = jnp.broadcast_to(jnp.arange(length)[None, :], (batch, length))
+    causal = jnp.arange(length)[None, :] <= jnp.arange(length)[:, None]
+    self_bias = (self.decoder_relpos(positions, jnp.arange(length)) +
+                 jnp.where(causal, 0.0, _MASK)[None, None, :, :])
+    cross_bias = _padding_bias(encoder_mask)
+    x = self._embed(decoder_input_tokens)
+    for layer in self.decoder_layers:
+      x, _ = layer(x, self_bias, encoded, cross_bias)
+    return self._logits(x)
+
+  def decode_step(self, encoded, encoder_mask, cur_token, cur_index, cache):
+    """One cached step: cur_token [B, 1] at positions cur_index [B].
+
+    Returns logits [B, V] for the next position and the updated cache.
+    """
+    length = cache["layer_0"]["key"].shape[1]
+    slots = jnp.arange(length)
+    write_at = slots[None, :] == cur_index[:, None]  # [B, Tcache]
+    visible = slots[None, :] <= cur_index[:, None]  # [B, Tcache]
+    self_bias = (self.decoder_relpos(cur_index[:, None], slots) +
+                 jnp.where(visible, 0.0, _MASK)[:, None, None, :])
+    cross_bias = _padding_bias(encoder_mask)
+    x = self._embed(cur_token)
+    new_cache = {}
+    for i, layer in enumerate(self.decoder_layers):
+      name = f"layer_{i}"
+      x, new_cache[name] = layer(x, self_bias, encoded, cross_bias,
+                                 cache=cache[name], write_at=write_at)
+    return self._logits(x)[:, 0, :], new_cache
+
+  def __call__(self, encoder_tokens, decoder_input_tokens):
+    encoded = self.encode(encoder_tokens)
+    return self.decode(encoded, encoder_tokens > 0, decoder_input_tokens)
+
+
+CACHE_AXES = ("cache_batch", "cache_length", "cache_heads", "cache_kv")
+
+
+def init_cache(config: T5Config, batch: int, length: int) -> Dict[str, Any]:
+  """Zeros: {"layer_i": {"key", "value": [batch, length, H, K]}}."""
+  shape = (batch, length, config.num_heads, config.d_kv)
+  zeros = jnp.zeros(shape, config.activation_dtype)
+  return {f"layer_{i}": {"key": zeros, "value": zeros}
+          for i in range(config.num_decoder_layers)}
+
+
+def cache_logical_axes(config: T5Config) -> Dict[str, Any]:
+  """The cache's logical axis names, in the structure of `init_cache`."""
+  return {f"layer_{i}": {"key": CACHE_AXES, "value": CACHE_AXES}
+          for i in range(config.num_decoder_layers)}
+
+
+class EncoderDecoderModel:
+  """Parameters, encoder and T5X-protocol decoding for one `T5Config`.
+
+  A functional wrapper: parameters are passed in, never stored, so every
+  method works inside `jax.jit` with sharded parameters.
+
+    model = EncoderDecoderModel(preset("tiny"))
+    params = model.init(jax.random.PRNGKey(0))
+    inputs, cache, tokens_to_logits = model.decode_inputs(
+        params, encoder_tokens, max_decode_len=16, num_decodes=4)
+    decodes, log_probs = arithmetic_sample(inputs, cache, tokens_to_logits,
+                                           eos_id=1, num_decodes=4, topk=0)
+
+  `decode_inputs` expands the encoded input N-fold, as T5X's
+  `EncoderDecoderModel.predict_batch_with_aux` does before it calls the
+  decode function (which expands `inputs` and `cache` itself).
+  """
+
+  def __init__(self, config: T5Config):
+    self.config = config
+    self.module = T5(config)
+
+  def init_with_axes(self, rng: jax.Array) -> Tuple[PyTree, PyTree]:
+    """(parameters, their logical axis names as PartitionSpecs)."""
+    tokens = jnp.ones((1, 4), jnp.int32)
+    boxed = self.module.init(rng, tokens, tokens)["params"]
+    return nn.unbox(boxed), nn.get_partition_spec(boxed)
+
+  def init(self, rng: jax.Array) -> PyTree:
+    return self.init_with_axes(rng)[0]
+
+  def param_logical_axes(self) -> PyTree:
+    """Logical axis names of the parameters (no arrays are allocated)."""
+    tokens = jnp.ones((1, 4), jnp.int32)
+    boxed = jax.eval_shape(
+        lambda: self.module.init(jax.random.PRNGKey(0), tokens, tokens)["params"])
+    return nn.get_partition_spec(boxed)
+
+  def abstract_params(self) -> PyTree:
+    """ShapeDtypeStructs of the parameters (for AOT compilation)."""
+    return jax.eval_shape(lambda: self.init(jax.random.PRNGKey(0)))
+
+  def encode(self, params, encoder_tokens):
+    """int [B, S] -> encoded [B, S, D]."""
+    return self.module.apply({"params": params}, encoder_tokens,
+                             method=T5.encode)
+
+  def logits(self, params, encoder_tokens, decoder_input_tokens):
+    """Teacher-forced logits [B, T, V]."""
+    return self.module.apply({"params": params}, encoder_tokens,
+                             decoder_input_tokens)
+
+  def tokens_to_logits_fn(self, params, encoded, encoder_mask):
+    """The T5X-protocol step function over rows of `encoded` [R, S, D]."""
+
+    def tokens_to_logits(state):
+      return self.module.apply({"params": params}, encoded, encoder_mask,
+                               state.cur_token, state.cur_index, state.cache,
+                               method=T5.decode_step)
+
+    return tokens_to_logits
+
+  def decode_inputs(self, params, encoder_tokens, max_decode_len: int,
+                    num_decodes: int = 1, encoded: Optional[jax.Array] = None):
+    """What a T5X decode function takes: (inputs, cache, tokens_to_logits).
+
+    `inputs` [B, max_decode_len] are zeros (no prompt); `cache` is for B rows
+    (the decode function expands it); tokens_to_logits works on B*N rows.
+    """
+    batch = encoder_tokens.shape[0]
+    if encoded is None:
+      encoded = self.encode(params, encoder_tokens)
+    # [B, S, D] -> [B*N, S, D]
+    encoded_x = expand_rows(encoded, num_decodes)
+    mask_x = expand_rows(encoder_tokens > 0, num_decodes)
+    inputs = jnp.zeros((batch, max_decode_len), jnp.int32)
+    cache = init_cache(self.config, batch, max_decode_len)
+    return inputs, cache, self.tokens_to_logits_fn(params, encoded_x, mask_x)
