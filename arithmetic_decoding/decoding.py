@@ -35,8 +35,8 @@ import jax.numpy as jnp
 from jax import lax
 
 from arithmetic_decoding import validation
-from arithmetic_decoding.categorical import (arithmetic_step, refresh_residual,
-                                             token_interval)
+from arithmetic_decoding.categorical import (CODE_RESOLUTION, arithmetic_step,
+                                             refresh_residual, token_interval)
 from arithmetic_decoding.codes import CodeScheme, SchemeLike, as_code_scheme, make_codes
 from arithmetic_decoding.protocol import (DecodingState, SamplingLoopState,
                                           call_model, expand_cache, expand_rows)
@@ -69,6 +69,16 @@ class DecodeOptions:
     expand_cache_index: decoding starts from `initial_index`, so the cache's
       `cache_index` entries are per-row and get expanded.
     code_scheme: how codes are made when none are given.
+    code_resolution: how deep a code decides its sample. Once the tokens
+      decoded from a code have probability below it, the code is spent and
+      the row continues from a fresh uniform drawn from its own key (exact in
+      distribution: the unused part of a uniform code is itself uniform and
+      independent of the tokens so far). 2**-22 (default) is float32's
+      limit. Larger values make samples robust to tiny differences in the
+      logits (a difference d moves a code's sample once its prefix has
+      probability ~d), e.g. across compilers and shardings; 1/N keeps the
+      lattice's stratification, since below that width no two of an
+      input's N lattice codes share an interval.
     ancestral: draw each token with `jax.random.categorical` from a per-row
       key instead of from the row's code (ordinary ancestral sampling, for
       comparison; the codes are then carried but unused).
@@ -83,6 +93,7 @@ class DecodeOptions:
   per_row_temperature: bool = False
   expand_cache_index: bool = False
   code_scheme: CodeScheme = CodeScheme.SHIFTED_LATTICE
+  code_resolution: float = CODE_RESOLUTION
   ancestral: bool = False
 
 
@@ -113,12 +124,15 @@ class Choice:
       not `rescale_log_probs`).
     codes: float32 [B*N]; the updated `SamplingLoopState.codes`.
     valid: bool [B*N]; False where the logits admit no sample (NaN/inf).
+    code_log_width: float32 [B*N]; the updated
+      `SamplingLoopState.code_log_width`.
   """
 
   token: jax.Array
   log_prob: jax.Array
   codes: jax.Array
   valid: jax.Array
+  code_log_width: jax.Array
 
 
 def _transformed(raw: jax.Array, options: DecodeOptions,
@@ -171,19 +185,25 @@ def _choose_by_code(logits: jax.Array, state: SamplingLoopState, key: jax.Array,
   def sample():
     # [B*N, V] -> [B*N]
     step = arithmetic_step(_transformed(raw, options, dist), codes)
-    residual = refresh_residual(step.residual, step.log_prob,
-                                _row_uniform(key, row_ids))
-    return step.token, step.log_prob, residual, step.valid
+    fresh = _row_uniform(key, row_ids)
+    residual = refresh_residual(step.residual, step.log_prob, fresh)
+    log_width = state.code_log_width + step.log_prob
+    # A spent code is replaced by the row's fresh uniform.
+    spent = log_width < jnp.log(jnp.float32(options.code_resolution))
+    return (step.token, step.log_prob, jnp.where(spent, fresh, residual),
+            step.valid, jnp.where(spent, 0.0, log_width))
 
   def greedy():
     token = jnp.argmax(raw, axis=-1).astype(jnp.int32)
     valid = jnp.isfinite(jnp.max(raw, axis=-1))
     # The argmax owns all of [0, 1): the code passes through unchanged.
-    return token, jnp.zeros_like(codes), codes, valid
+    return (token, jnp.zeros_like(codes), codes, valid,
+            state.code_log_width)
 
-  token, log_prob, residual, valid = _greedy_or_sample(
+  token, log_prob, residual, valid, log_width = _greedy_or_sample(
       options, dist.temperature, sample, greedy)
-  return _reported(raw, options, Choice(token, log_prob, residual, valid))
+  return _reported(raw, options,
+                   Choice(token, log_prob, residual, valid, log_width))
 
 
 def _choose_by_key(logits: jax.Array, state: SamplingLoopState, key: jax.Array,
@@ -213,7 +233,8 @@ def _choose_by_key(logits: jax.Array, state: SamplingLoopState, key: jax.Array,
 
   token, log_prob, valid = _greedy_or_sample(options, dist.temperature, sample,
                                              greedy)
-  return _reported(raw, options, Choice(token, log_prob, state.codes, valid))
+  return _reported(raw, options, Choice(token, log_prob, state.codes, valid,
+                                        state.code_log_width))
 
 
 def _reported(raw: jax.Array, options: DecodeOptions, choice: Choice) -> Choice:
@@ -249,7 +270,7 @@ def _choose_target(logits: jax.Array, state: SamplingLoopState, target: jax.Arra
   # [B*N]: the prefix's interval [L, L + W) narrows to [L + W * low, ...),
   # with W = exp(log-prob of the prefix) (encoding always rescales).
   new_low = state.codes + jnp.exp(state.log_prob) * low
-  return Choice(target, log_prob, new_low, valid)
+  return Choice(target, log_prob, new_low, valid, state.code_log_width)
 
 
 def _initial_state(inputs: jax.Array, cache: PyTree,
@@ -275,7 +296,8 @@ def _initial_state(inputs: jax.Array, cache: PyTree,
       ended=jnp.zeros((rows, 1), bool),
       rng=rng,
       log_prob=jnp.zeros((rows,), jnp.float32),
-      codes=codes)
+      codes=codes,
+      code_log_width=jnp.zeros((rows,), jnp.float32))
 
 
 def _run_loop(state: SamplingLoopState, tokens_to_logits: TokensToLogits,
@@ -330,6 +352,8 @@ def _run_loop(state: SamplingLoopState, tokens_to_logits: TokensToLogits,
     log_prob = state.log_prob + jnp.where(active, choice.log_prob, 0.0)
     log_prob = jnp.where(failed, jnp.nan, log_prob)
     codes = jnp.where(active, choice.codes, state.codes)
+    code_log_width = jnp.where(active, choice.code_log_width,
+                               state.code_log_width)
 
     written = jnp.where(ended | failed, 0, token).astype(jnp.int32)  # [B*N]
     sequences = jnp.where(at_next, written[:, None], state.sequences)
@@ -347,7 +371,8 @@ def _run_loop(state: SamplingLoopState, tokens_to_logits: TokensToLogits,
         ended=now_ended[:, None],
         rng=next_rng,
         log_prob=log_prob,
-        codes=codes)
+        codes=codes,
+        code_log_width=code_log_width)
 
   final = lax.while_loop(cond_fn, body_fn, state)
   if state_callback_fn is not None:
@@ -590,6 +615,7 @@ def arithmetic_sample(
     *,
     codes: Optional[jax.Array] = None,
     code_scheme: SchemeLike = CodeScheme.SHIFTED_LATTICE,
+    code_resolution: float = CODE_RESOLUTION,
     return_codes: bool = False,
 ):
   """Arithmetic sampling with the signature, defaults and returns of T5X's
@@ -624,6 +650,11 @@ def arithmetic_sample(
       codes from `decode_rng`.
     code_scheme: keyword-only; a `CodeScheme` (or its string value) used when
       `codes` is None.
+    code_resolution: keyword-only; float in [2**-22, 1]: a code decides its
+      sample until the decoded tokens' probability falls below this, then a
+      fresh per-row uniform takes over (see `DecodeOptions`). The default
+      uses all of float32; 1 / num_decodes keeps the lattice's
+      stratification and makes samples robust to tiny logit differences.
     return_codes: keyword-only; also return the codes [B, N], in the same
       order as the samples.
 
@@ -644,7 +675,8 @@ def arithmetic_sample(
       inputs, cache, tokens_to_logits, eos_id, decode_rng, num_decodes,
       temperature, topk, topp, cache_offset, initial_index, max_decode_steps,
       max_decode_steps_hard_limit, rescale_log_probs, state_callback_fn,
-      logit_callback_fn, codes=codes, code_scheme=code_scheme, ancestral=False)
+      logit_callback_fn, codes=codes, code_scheme=code_scheme,
+      code_resolution=code_resolution, ancestral=False)
   if return_codes:
     return decodes, log_probs, sorted_codes
   return decodes, log_probs
@@ -654,7 +686,7 @@ def _sample(inputs, cache, tokens_to_logits, eos_id, decode_rng, num_decodes,
             temperature, topk, topp, cache_offset, initial_index,
             max_decode_steps, max_decode_steps_hard_limit, rescale_log_probs,
             state_callback_fn, logit_callback_fn, *, codes, code_scheme,
-            ancestral):
+            code_resolution=CODE_RESOLUTION, ancestral):
   (inputs, temperature, topk, topp, initial_index, max_decode_steps,
    options) = _common_checks(inputs, cache, tokens_to_logits, eos_id,
                              num_decodes, temperature, topk, topp, cache_offset,
@@ -665,6 +697,7 @@ def _sample(inputs, cache, tokens_to_logits, eos_id, decode_rng, num_decodes,
       options,
       rescale_log_probs=bool(rescale_log_probs),
       code_scheme=as_code_scheme(code_scheme),
+      code_resolution=validation.check_code_resolution(code_resolution),
       ancestral=ancestral)
   batch = inputs.shape[0]
   codes = validation.check_codes(codes, batch, options.num_decodes)

@@ -88,6 +88,10 @@ class SamplingLoopState(_Replaceable):
       its code after the tokens decoded so far (see `categorical`). When the
       loop encodes sequences instead, the lower end of each prefix's code
       interval.
+    code_log_width: float32 [B*N]; log-probability of the tokens decoded
+      from the current code since it was last replaced (0 at the start). When
+      it falls below log(code_resolution) the code is spent and replaced by a
+      fresh per-row uniform (see `decoding.DecodeOptions.code_resolution`).
   """
 
   step: jax.Array
@@ -99,6 +103,7 @@ class SamplingLoopState(_Replaceable):
   rng: jax.Array
   log_prob: jax.Array
   codes: jax.Array
+  code_log_width: jax.Array
 
 
 def expand_rows(x: jax.Array, num_decodes: int, axis: int = 0) -> jax.Array:
@@ -123,28 +128,36 @@ def _last_key_name(path) -> Any:
   return None
 
 
-def expand_cache(cache: PyTree, num_decodes: int, offset: int,
-                 expand_cache_index: bool) -> PyTree:
-  """Expands every batch-carrying cache array for `num_decodes` decodes.
+def map_batched(fn: Callable[[jax.Array], jax.Array], cache: PyTree,
+                offset: int, with_cache_index: bool) -> PyTree:
+  """Applies `fn` to the cache arrays that carry the batch at axis `offset`.
 
-  Leaves named `cached_bias` or `position_embedder_index`, scalars, and
-  `cache_index` unless `expand_cache_index`, are left as they are. The
-  container types (dict, FrozenDict, ...) are preserved.
+  Leaves named `cached_bias` or `position_embedder_index`, arrays of rank
+  <= offset, and `cache_index` unless `with_cache_index`, are left as they
+  are. The container types (dict, FrozenDict, ...) are preserved.
   """
-  if num_decodes == 1:
-    return cache
 
-  def expand(path, leaf):
+  def apply(path, leaf):
     name = _last_key_name(path)
     if name in _NEVER_EXPANDED or (name == _CACHE_INDEX and
-                                   not expand_cache_index):
+                                   not with_cache_index):
       return leaf
     leaf = jnp.asarray(leaf)
     if leaf.ndim <= offset:
       return leaf
-    return expand_rows(leaf, num_decodes, axis=offset)
+    return fn(leaf)
 
-  return jax.tree_util.tree_map_with_path(expand, cache)
+  return jax.tree_util.tree_map_with_path(apply, cache)
+
+
+def expand_cache(cache: PyTree, num_decodes: int, offset: int,
+                 expand_cache_index: bool) -> PyTree:
+  """Expands every batch-carrying cache array for `num_decodes` decodes
+  (see `map_batched` for which arrays carry the batch)."""
+  if num_decodes == 1:
+    return cache
+  return map_batched(lambda x: expand_rows(x, num_decodes, axis=offset), cache,
+                     offset, expand_cache_index)
 
 
 def match_container(reference: PyTree, new: PyTree) -> PyTree:

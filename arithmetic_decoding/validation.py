@@ -205,3 +205,15 @@ def check_rng(decode_rng: Any):
         f"jax.random.key(seed)); got {type(decode_rng).__name__} "
         f"{getattr(decode_rng, 'dtype', '')}{tuple(shape) if shape is not None else ''}.")
   return decode_rng
+
+
+def check_code_resolution(value) -> float:
+  """A static float in [2**-22, 1]."""
+  if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)):
+    raise TypeError(
+        f"code_resolution must be a float in [2**-22, 1]; got {value!r}.")
+  value = float(value)
+  if not 2.0**-22 <= value <= 1.0:
+    raise ValueError(
+        f"code_resolution must be in [2**-22, 1]; got {value!r}.")
+  return value

@@ -93,7 +93,7 @@ class T5Config:
 
 PRESETS: Dict[str, T5Config] = {
     # Ours: for tests and the demo (a 64-token vocabulary, two layers each).
-    "tiny": T5Config(vocab_size=64, d_model=32, d_ff=64, num_heads=4, d_kv=8,
+    "tiny": T5Config(vocab_size=64, d_model=32, d_ff=64, num_heads=8, d_kv=4,
                      num_encoder_layers=2, num_decoder_layers=2,
                      relative_attention_num_buckets=8,
                      relative_attention_max_distance=16),

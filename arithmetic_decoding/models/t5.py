@@ -98,7 +98,8 @@ class RMSNorm(nn.Module):
     x32 = x.astype(jnp.float32)
     variance = jnp.mean(jnp.square(x32), axis=-1, keepdims=True)
     y = x32 * jax.lax.rsqrt(variance + cfg.layer_norm_epsilon)
-    return (y * scale.astype(jnp.float32)).astype(cfg.activation_dtype)
+    scale = scale.astype(jnp.float32).reshape((1,) * (y.ndim - 1) + (-1,))
+    return (y * scale).astype(cfg.activation_dtype)
 
 
 class RelativePositionBias(nn.Module):
@@ -143,9 +144,14 @@ class Attention(nn.Module):
                       (h * k) ** -0.5, dt)
 
   def _project(self, x, kernel):
-    dt = self.config.activation_dtype
-    # [B, T, D] x [D, H, K] -> [B, T, H, K]
-    y = jnp.einsum("btd,dhk->bthk", x, kernel.astype(dt))
+    cfg = self.config
+    batch, length, d = x.shape
+    # [B*T, D] x [D, H*K] -> [B, T, H, K]. A plain 2-D matmul: XLA:CPU then
+    # computes each row the same way whatever the batch (a 3-D einsum does
+    # not), which keeps samples identical across data-parallel topologies.
+    y = x.reshape(batch * length, d) @ kernel.astype(cfg.activation_dtype
+                                                     ).reshape(d, -1)
+    y = y.reshape(batch, length, cfg.num_heads, cfg.d_kv)
     return _constrain(y, ("batch", "length", "heads", "kv"))
 
   def project_kv(self, x):
@@ -161,8 +167,11 @@ class Attention(nn.Module):
     # [B, H, Tq, Tk] x [B, Tk, H, K] -> [B, Tq, H, K]
     mixed = jnp.einsum("bhqt,bthk->bqhk", weights.astype(dt), values)
     mixed = _constrain(mixed, ("batch", "length", "heads", "kv"))
-    # [B, Tq, H, K] x [H, K, D] -> [B, Tq, D]
-    y = jnp.einsum("bqhk,hkd->bqd", mixed, self.out.astype(dt))
+    batch, length = mixed.shape[:2]
+    # [B*Tq, H*K] x [H*K, D] -> [B, Tq, D] (a 2-D matmul, as in _project).
+    out = self.out.astype(dt)
+    y = (mixed.reshape(batch * length, -1) @ out.reshape(-1, out.shape[-1])
+         ).reshape(batch, length, -1)
     return _constrain(y, ("batch", "length", "embed"))
 
 
@@ -417,8 +426,10 @@ class EncoderDecoderModel:
     if encoded is None:
       encoded = self.encode(params, encoder_tokens)
     # [B, S, D] -> [B*N, S, D]
-    encoded_x = expand_rows(encoded, num_decodes)
-    mask_x = expand_rows(encoder_tokens > 0, num_decodes)
+    encoded_x = _constrain(expand_rows(encoded, num_decodes),
+                           ("batch", "length", "embed"))
+    mask_x = _constrain(expand_rows(encoder_tokens > 0, num_decodes),
+                        ("batch", "length"))
     inputs = jnp.zeros((batch, max_decode_len), jnp.int32)
     cache = init_cache(self.config, batch, max_decode_len)
     return inputs, cache, self.tokens_to_logits_fn(params, encoded_x, mask_x)

@@ -1,0 +1,286 @@
+"""Sharded decoding (pjit: `jax.jit` over `NamedSharding`s) on a data x model mesh.
+
+One table, `LOGICAL_AXIS_RULES`, maps the model's logical axis names to the
+mesh axes `data` and `model` (as T5X's `standard_logical_axis_rules`): the
+samples (rows = batch x num_decodes) go over `data`; heads, the feed-forward
+width and the vocabulary over `model`; everything else is replicated.
+
+Arithmetic and ancestral sampling run under `shard_map` over `data`: each
+device decodes its own rows with its own `while_loop`, to its own end, so on
+a data-only mesh the compiled loop has no collective at all, its stopping
+test included (under plain `jit` a global `all(ended)` over a sharded array
+is an all-reduce every step). The `model` axis, where there is one, stays
+automatic (GSPMD) inside. A row's sample depends only on its code and its
+global row index (`decoding.row_keys`), never on the device it lands on, so
+the samples do not change with the topology.
+
+Beam search cannot work that way: choosing the K best extensions of an
+input needs all of its beams, so with the beams split over `data` every step
+gathers them (the compiled loop's collectives are counted in the tests).
+
+    topo = load_topology("v4-2x2x1")
+    mesh = make_mesh(topo, (4, 1))
+    decode = make_sharded_decode(model, mesh, DecodeSetup(
+        method=Method.ARITHMETIC, num_decodes=16, max_decode_len=32))
+    decodes, scores = decode(shard_params(params, model, mesh), tokens, key)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import enum
+import functools
+from typing import Any, Callable, Optional, Tuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from arithmetic_decoding import validation
+from arithmetic_decoding.beam_search import beam_search
+from arithmetic_decoding.categorical import CODE_RESOLUTION
+from arithmetic_decoding.codes import CodeScheme, SchemeLike, as_code_scheme
+from arithmetic_decoding.decoding import (DecodeOptions, Rows, decode_rows,
+                                          make_rows, sort_samples)
+from arithmetic_decoding.protocol import expand_rows, map_batched
+
+PyTree = Any
+
+# Logical axis -> mesh axis (None: replicated). The only sharding table.
+LOGICAL_AXIS_RULES: Tuple[Tuple[str, Any], ...] = (
+    ("batch", "data"),
+    ("length", None),
+    ("embed", None),
+    ("heads", "model"),
+    ("kv", None),
+    ("mlp", "model"),
+    ("vocab", "model"),
+    ("relpos_buckets", None),
+    ("cache_batch", "data"),
+    ("cache_length", None),
+    ("cache_heads", "model"),
+    ("cache_kv", None),
+)
+
+
+def _rules_without_data() -> Tuple[Tuple[str, Any], ...]:
+  """The rules inside a shard_map that is manual over `data`."""
+  return tuple((name, None if axis == "data" else axis)
+               for name, axis in LOGICAL_AXIS_RULES)
+
+
+@contextlib.contextmanager
+def logical_rules(mesh: Mesh, rules=LOGICAL_AXIS_RULES):
+  """Activates `rules` and `mesh` for the model's logical constraints."""
+  with jax.sharding.use_abstract_mesh(mesh.abstract_mesh), nn.logical_axis_rules(rules):
+    yield
+
+
+def logical_to_sharding(logical_specs: PyTree, mesh: Mesh) -> PyTree:
+  """A tree of logical PartitionSpecs -> NamedShardings on `mesh`."""
+  return nn.logical_to_mesh_sharding(logical_specs, mesh, LOGICAL_AXIS_RULES)
+
+
+def param_shardings(model, mesh: Mesh) -> PyTree:
+  """NamedShardings of `model`'s parameters (from their logical axes)."""
+  return logical_to_sharding(model.param_logical_axes(), mesh)
+
+
+def to_global(x, sharding: NamedSharding) -> jax.Array:
+  """Host array (the same on every process) -> global array on `sharding`.
+
+  Works with one process or many (`jax.distributed`): each process fills
+  only the shards of its own devices.
+  """
+  x = np.asarray(x)
+  return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
+
+
+def shard_params(params: PyTree, model, mesh: Mesh) -> PyTree:
+  """Places parameters (identical on every process) on their shardings."""
+  return jax.tree_util.tree_map(to_global, params,
+                                param_shardings(model, mesh))
+
+
+class Method(enum.Enum):
+  """How the samples are decoded."""
+
+  ARITHMETIC = "arithmetic"
+  ANCESTRAL = "ancestral"
+  BEAM = "beam"
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeSetup:
+  """A sharded decode's static configuration (every field recompiles).
+
+  Attributes:
+    method: arithmetic or ancestral sampling, or beam search.
+    num_decodes: samples (or beams) per input, N.
+    max_decode_len: decoded positions, L.
+    eos_id: end-of-sequence id.
+    temperature: sampling temperature (>= 0; <= 1e-4 is greedy).
+    topk: keep the k most likely tokens (0: all).
+    topp: keep the smallest set of mass >= topp (0: off).
+    alpha: beam search's brevity penalty exponent.
+    code_scheme: arithmetic sampling's codes.
+    code_resolution: how deep a code decides its sample (see
+      `decoding.DecodeOptions.code_resolution`). None (default): 1 / N, the
+      lattice spacing. The N samples of an input are then as stratified and
+      as distinct as with the full code, and a sample no longer depends on
+      the last bits of the logits, which XLA computes differently on
+      different meshes (a logit difference d changes a code's sample once
+      its prefix has probability ~d): samples are the same on every mesh.
+      2**-22 uses all of float32, as `arithmetic_sample` does by default.
+  """
+
+  method: Method = Method.ARITHMETIC
+  num_decodes: int = 1
+  max_decode_len: int = 32
+  eos_id: int = 1
+  temperature: float = 1.0
+  topk: int = 0
+  topp: float = 0.0
+  alpha: float = 0.6
+  code_scheme: SchemeLike = CodeScheme.SHIFTED_LATTICE
+  code_resolution: Optional[float] = None
+
+  def __post_init__(self):
+    if not isinstance(self.method, Method):
+      try:
+        object.__setattr__(self, "method", Method(self.method))
+      except ValueError:
+        raise ValueError(f"method must be one of {[m.value for m in Method]}; "
+                         f"got {self.method!r}.") from None
+    validation.check_int("num_decodes", self.num_decodes, minimum=1)
+    validation.check_int("max_decode_len", self.max_decode_len, minimum=1)
+    validation.check_int("eos_id", self.eos_id, minimum=0)
+    validation.check_temperature(self.temperature, 1)
+    validation.check_topk_topp(validation.check_topk(self.topk),
+                               validation.check_topp(self.topp))
+    if not (isinstance(self.alpha, (int, float)) and 0 <= self.alpha < np.inf):
+      raise ValueError(f"alpha must be a finite float >= 0; got {self.alpha!r}.")
+    object.__setattr__(self, "code_scheme", as_code_scheme(self.code_scheme))
+    if self.code_resolution is not None:
+      validation.check_code_resolution(self.code_resolution)
+
+
+def _row_specs(rows: Rows) -> Rows:
+  """PartitionSpecs of `Rows`: per-row arrays over `data`, the rest replicated."""
+  data = P("data")
+  per_row = lambda x: None if x is None else (data if jnp.ndim(x) >= 1 else P())
+  cache = map_batched(lambda x: data, rows.cache, 0, rows.initial_index is not None)
+  cache = jax.tree_util.tree_map(lambda s: s if isinstance(s, P) else P(), cache,
+                                 is_leaf=lambda s: isinstance(s, P))
+  return Rows(inputs=data, cache=cache, initial_index=per_row(rows.initial_index),
+              temperature=per_row(rows.temperature),
+              max_decode_len=per_row(rows.max_decode_len), codes=data,
+              row_ids=data, rng=P())
+
+
+def _sample(params, encoder_tokens, rng, *, model, mesh: Mesh,
+            setup: DecodeSetup):
+  """Arithmetic or ancestral sampling; rows decoded per `data` shard."""
+  batch = encoder_tokens.shape[0]
+  n, length = setup.num_decodes, setup.max_decode_len
+  options = DecodeOptions(
+      eos_id=setup.eos_id, num_decodes=n, topk=setup.topk, topp=setup.topp,
+      code_scheme=setup.code_scheme,
+      code_resolution=(max(CODE_RESOLUTION, 1.0 / n)
+                       if setup.code_resolution is None else
+                       float(setup.code_resolution)),
+      ancestral=setup.method is Method.ANCESTRAL)
+  # Every device encodes the whole batch (replicated over `data`): the
+  # encoded inputs are then bitwise the same on every topology, whatever
+  # XLA does with a smaller local batch. Cheap next to the decode loop.
+  with logical_rules(mesh, _rules_without_data()):
+    encoded = model.encode(params, encoder_tokens)  # [B, S, D]
+  inputs = jnp.zeros((batch, length), jnp.int32)
+  cache = _init_cache(model, batch, length)
+  rows = make_rows(inputs, cache, rng, None,
+                   jnp.asarray(setup.temperature, jnp.float32), None, None,
+                   options)
+  # [B, S, D] -> [B*N, S, D], as T5X's model expands the encoded input.
+  encoded_x = expand_rows(encoded, n)
+  mask_x = expand_rows(encoder_tokens > 0, n)
+
+  def local(params, rows, encoded, mask):
+    # One device's rows (manual over `data`; `model`, if any, automatic).
+    with nn.logical_axis_rules(_rules_without_data()):
+      tokens_to_logits = model.tokens_to_logits_fn(params, encoded, mask)
+      return decode_rows(rows, None, None, tokens_to_logits=tokens_to_logits,
+                         options=options)
+
+  data = P("data")
+  decodes, log_probs, codes = jax.shard_map(
+      local, mesh=mesh, in_specs=(P(), _row_specs(rows), data, data),
+      out_specs=(data, data, data), axis_names={"data"},
+      check_vma=False)(params, rows, encoded_x, mask_x)
+  decodes, log_probs, _ = sort_samples(decodes, log_probs, codes, batch, n)
+  return decodes, log_probs
+
+
+def _init_cache(model, batch: int, length: int):
+  from arithmetic_decoding.models.t5 import init_cache  # pylint: disable=g-import-not-at-top
+  return init_cache(model.config, batch, length)
+
+
+def _beam(params, encoder_tokens, rng, *, model, mesh: Mesh,
+          setup: DecodeSetup):
+  """Beam search under GSPMD with the B*K beam rows split over `data`."""
+  del rng
+  k = setup.num_decodes
+  with logical_rules(mesh):
+    inputs, cache, tokens_to_logits = model.decode_inputs(
+        params, encoder_tokens, setup.max_decode_len, k)
+    return beam_search(inputs, cache, tokens_to_logits, setup.eos_id,
+                       num_decodes=k, alpha=setup.alpha)
+
+
+def make_sharded_decode(model, mesh: Mesh, setup: DecodeSetup
+                        ) -> Callable[[PyTree, jax.Array, jax.Array],
+                                      Tuple[jax.Array, jax.Array]]:
+  """The jitted decode of `setup` on `mesh`.
+
+  Returns:
+    decode(params, encoder_tokens [B, S], rng) -> (decodes int32 [B, N, L],
+    scores float32 [B, N]): samples sorted by increasing log-prob, or beams
+    by increasing score. Parameters go in with `param_shardings` (place them
+    with `shard_params`); tokens, key and results are replicated.
+
+  Raises:
+    ValueError (when called): B * N is not a multiple of the mesh's `data`
+      size (every device must get the same number of rows).
+  """
+  if tuple(mesh.axis_names) != ("data", "model"):
+    raise ValueError(f"mesh axes must be ('data', 'model'); got "
+                     f"{tuple(mesh.axis_names)}.")
+  body = _beam if setup.method is Method.BEAM else _sample
+  fn = functools.partial(body, model=model, mesh=mesh, setup=setup)
+  replicated = NamedSharding(mesh, P())
+  jitted = jax.jit(fn, in_shardings=(param_shardings(model, mesh), replicated,
+                                     replicated),
+                   out_shardings=(replicated, replicated))
+
+  def check(encoder_tokens):
+    batch = encoder_tokens.shape[0]
+    rows = batch * setup.num_decodes
+    if rows % mesh.shape["data"]:
+      raise ValueError(
+          f"batch * num_decodes = {batch} * {setup.num_decodes} = {rows} must "
+          f"be a multiple of the mesh's data size {mesh.shape['data']}.")
+
+  def decode(params, encoder_tokens, rng):
+    check(encoder_tokens)
+    return jitted(params, encoder_tokens, rng)
+
+  def lower(params, encoder_tokens, rng):
+    check(encoder_tokens)
+    return jitted.lower(params, encoder_tokens, rng)
+
+  decode.lower = lower
+  return decode

@@ -1,0 +1,190 @@
+"""Runs sharded decodes in a fresh process with emulated CPU devices.
+
+Multi-device JAX needs XLA_FLAGS before jax starts, so the tests launch this
+script as a subprocess:
+
+  python tests/multidevice_worker.py OUT.npz SCENARIO [PROCESS_ID PORT]
+
+Scenarios:
+  meshes       every method on data-parallel and model-parallel meshes
+  hlo          collectives inside the compiled decode loops (JSON in OUT)
+  multihost    one of two processes (4 devices each) of the 2x2x2 topology
+  singlehost   the same decode on one process with 8 devices
+"""
+
+import json
+import os
+import re
+import sys
+
+OUT, SCENARIO = sys.argv[1], sys.argv[2]
+DEVICES = 4 if SCENARIO == "multihost" else 8
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                           f" --xla_force_host_platform_device_count={DEVICES}")
+os.environ["JAX_PLATFORMS"] = "cpu"
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+jax.config.update("jax_numpy_rank_promotion", "raise")
+if SCENARIO == "multihost":
+  jax.config.update("jax_cpu_collectives_implementation", "gloo")
+  jax.distributed.initialize(f"127.0.0.1:{sys.argv[4]}", num_processes=2,
+                             process_id=int(sys.argv[3]))
+
+from arithmetic_decoding.models import EncoderDecoderModel, preset  # noqa: E402
+from arithmetic_decoding.sharding import (DecodeSetup, Method,  # noqa: E402
+                                          make_sharded_decode, shard_params,
+                                          to_global)
+from arithmetic_decoding.topology import load_topology, make_mesh  # noqa: E402
+from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
+
+MODEL = EncoderDecoderModel(preset("tiny"))
+BATCH, SOURCE_LEN, N, LENGTH = 8, 7, 16, 12
+MESHES = [("v4-1x1x1", (1, 1)), ("v4-1x2x1", (2, 1)), ("v4-2x2x1", (4, 1)),
+          ("v4-2x2x2", (8, 1)), ("v4-2x2x2", (4, 2)), ("v4-2x2x2", (2, 4)),
+          ("v4-2x2x2", (1, 8))]
+
+
+def inputs():
+  params = MODEL.init(jax.random.PRNGKey(0))
+  tokens = np.array(jax.random.randint(jax.random.PRNGKey(1),
+                                         (BATCH, SOURCE_LEN), 1, 64))
+  tokens[2, 4:] = 0  # some padding
+  return params, tokens, np.asarray(jax.random.PRNGKey(7))
+
+
+def decode(mesh, method, params, tokens, key, **kw):
+  setup = DecodeSetup(method=method, num_decodes=N, max_decode_len=LENGTH,
+                      **kw)
+  fn = make_sharded_decode(MODEL, mesh, setup)
+  replicated = NamedSharding(mesh, P())
+  args = (shard_params(params, MODEL, mesh), to_global(tokens, replicated),
+          to_global(key, replicated))
+  return fn, args
+
+
+def run_meshes():
+  params, tokens, key = inputs()
+  results = {}
+  for name, shape in MESHES:
+    mesh = make_mesh(load_topology(name), shape)
+    for method in Method:
+      fn, args = decode(mesh, method, params, tokens, key)
+      out, scores = fn(*args)
+      tag = f"{method.value}/{shape[0]}x{shape[1]}"
+      results[tag + "/tokens"] = np.asarray(out)
+      results[tag + "/scores"] = np.asarray(scores)
+    fn, args = decode(mesh, Method.ARITHMETIC, params, tokens, key,
+                      code_resolution=2.0**-22)
+    out, scores = fn(*args)
+    results[f"fullcode/{shape[0]}x{shape[1]}/tokens"] = np.asarray(out)
+  results["encoder_tokens"] = tokens
+  np.savez(OUT, **results)
+
+
+_COLLECTIVE = re.compile(
+    r"\b(all-reduce|all-gather|all-to-all|collective-permute|reduce-scatter)"
+    r"(-start)?\(")
+
+
+def loop_collectives(hlo: str):
+  """Collective ops inside each while loop (body and condition, with every
+  computation they call), from optimised HLO text."""
+  bodies, name = {}, None
+  for line in hlo.splitlines():
+    head = re.match(r"^(?:ENTRY )?%?([\w.\-]+) .*\{\s*$", line)
+    if head and not line.startswith(" "):
+      name = head.group(1)
+      bodies[name] = []
+    elif name is not None:
+      bodies[name].append(line)
+  callee = re.compile(
+      r"(?:condition|body|to_apply|calls|branch_computations)=\{?%?([\w.\-]+)")
+
+  def reachable(root):
+    seen, stack = set(), [root]
+    while stack:
+      comp = stack.pop()
+      if comp in seen or comp not in bodies:
+        continue
+      seen.add(comp)
+      for line in bodies[comp]:
+        for match in callee.finditer(line):
+          stack.append(match.group(1))
+        for extra in re.findall(r"branch_computations=\{([^}]*)\}", line):
+          stack.extend(x.strip().lstrip("%") for x in extra.split(","))
+    return seen
+
+  loops = []
+  for comp, lines in bodies.items():
+    for line in lines:
+      if " while(" not in line:
+        continue
+      cond = re.search(r"condition=%?([\w.\-]+)", line).group(1)
+      body = re.search(r"body=%?([\w.\-]+)", line).group(1)
+      # The decode loop is the one that runs the model: count its matmuls.
+      counts = {"dots": sum(1 for c in reachable(body) for l in bodies[c]
+                            if re.search(r"\b(dot|convolution)\(", l))}
+      for part, root in (("body", body), ("condition", cond)):
+        for c in reachable(root):
+          for l in bodies[c]:
+            m = _COLLECTIVE.search(l)
+            if m:
+              key = f"{part}:{m.group(1)}"
+              counts[key] = counts.get(key, 0) + 1
+      loops.append(counts)
+  return loops
+
+
+def run_hlo():
+  params, tokens, key = inputs()
+  report = {}
+  mesh = make_mesh(load_topology("v4-2x2x2"), (8, 1))
+  for method in Method:
+    fn, args = decode(mesh, method, params, tokens, key)
+    hlo = fn.lower(*args).compile().as_text()
+    report[method.value] = loop_collectives(hlo)
+  # For contrast: the same arithmetic loop under plain jit (GSPMD), rows
+  # sharded over data: its global stopping test is an all-reduce per step.
+  from arithmetic_decoding import arithmetic_sample
+  from arithmetic_decoding.sharding import logical_rules, param_shardings
+
+  def gspmd(params, tokens, key):
+    with logical_rules(mesh):
+      inp, cache, fn = MODEL.decode_inputs(params, tokens, LENGTH, N)
+      return arithmetic_sample(inp, cache, fn, 1, key, num_decodes=N, topk=0)
+
+  replicated = NamedSharding(mesh, P())
+  jitted = jax.jit(gspmd, in_shardings=(param_shardings(MODEL, mesh),
+                                        replicated, replicated))
+  hlo = jitted.lower(shard_params(params, MODEL, mesh), tokens,
+                     key).compile().as_text()
+  report["arithmetic_gspmd"] = loop_collectives(hlo)
+  with open(OUT, "w") as f:
+    json.dump(report, f)
+
+
+def run_hosts():
+  params, tokens, key = inputs()
+  mesh = make_mesh(load_topology("v4-2x2x2"), (8, 1))
+  results = {"process_count": np.asarray(jax.process_count()),
+             "device_count": np.asarray(jax.device_count()),
+             "local_device_count": np.asarray(jax.local_device_count())}
+  for method in (Method.ARITHMETIC, Method.ANCESTRAL):
+    fn, args = decode(mesh, method, params, tokens, key)
+    out, scores = fn(*args)
+    # Replicated outputs: every process holds the whole result.
+    results[f"{method.value}/tokens"] = np.asarray(
+        out.addressable_shards[0].data)
+    results[f"{method.value}/scores"] = np.asarray(
+        scores.addressable_shards[0].data)
+  np.savez(OUT, **results)
+
+
+if __name__ == "__main__":
+  {"meshes": run_meshes, "hlo": run_hlo, "multihost": run_hosts,
+   "singlehost": run_hosts}[SCENARIO]()
+  if SCENARIO == "multihost":
+    jax.distributed.shutdown()
