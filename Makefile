@@ -29,6 +29,7 @@ test: $(VENV)/.test-installed
 
 bench: $(VENV)/.test-installed
 	$(PY) scripts/bench_sampler.py
+	$(PY) scripts/bench_decode.py
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .hypothesis

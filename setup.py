@@ -12,23 +12,32 @@ setuptools.setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     license="Apache-2.0",
-    python_requires=">=3.10",
-    packages=setuptools.find_packages(include=["arithmetic_decoding", "arithmetic_decoding.*"]),
+    python_requires=">=3.11",
+    packages=setuptools.find_packages(
+        include=["arithmetic_decoding", "arithmetic_decoding.*"]) + [
+            "arithmetic_decoding.tpu_configs"],
+    # The topology files live at the top of the repository (tpu_configs/);
+    # installed, they sit inside the package (topology.py looks in both).
+    package_dir={"arithmetic_decoding.tpu_configs": "tpu_configs"},
+    package_data={"arithmetic_decoding.tpu_configs": ["*.toml"]},
     install_requires=[
-        "jax>=0.4.30",
+        "jax>=0.7",
         "numpy>=1.24",
     ],
     extras_require={
         # T5X is not on PyPI: install it from its repository on machines that
         # run `t5x infer`. The core library never imports it.
         "t5x": ["t5x @ git+https://github.com/google-research/t5x"],
-        "demo": ["tqdm>=4.60"],
-        "bench": ["tqdm>=4.60"],
+        # The encoder-decoder (arithmetic_decoding.models) and sharded
+        # decoding (arithmetic_decoding.sharding) are written in Flax.
+        "models": ["flax>=0.10"],
+        "demo": ["tqdm>=4.60", "flax>=0.10"],
+        "bench": ["tqdm>=4.60", "flax>=0.10"],
         "test": [
             "pytest>=7",
             "hypothesis>=6.80",
             "scipy>=1.10",
-            "flax>=0.8",
+            "flax>=0.10",
             "gin-config>=0.5",
             "tqdm>=4.60",
         ],

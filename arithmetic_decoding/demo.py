@@ -1,6 +1,11 @@
-"""`make demo`: arithmetic vs ancestral sampling on the embedded toy model.
+"""`make demo`: arithmetic sampling vs ancestral sampling vs beam search.
 
-For a few prompts, decodes N samples with arithmetic sampling (codes on a
+Part 1 decodes with the T5.1.1 / mT5 encoder-decoder (`--preset`, random
+weights until a trained checkpoint is embedded): for two inputs, N samples
+from each method, with their distinct counts and timings (after compiling).
+
+Part 2 uses the embedded toy model, whose sequences can be enumerated. For a
+few prompts, decodes N samples with arithmetic sampling (codes on a
 randomly shifted lattice) and N ancestral samples (independent codes, which is
 ordinary ancestral sampling), and prints them with their log-probs and the
 number of distinct samples. Then it estimates a model expectation (the mean
@@ -8,20 +13,24 @@ length of a decoded sequence) many times with each method and compares the
 spread of the estimates with the exact value from enumeration.
 
   python -m arithmetic_decoding.demo [--num_decodes 8] [--temperature 1.0]
+                                    [--preset tiny]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
+import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from tqdm import tqdm
 
-from arithmetic_decoding import CodeScheme, arithmetic_sample
+from arithmetic_decoding import CodeScheme, ancestral_sample, arithmetic_sample
+from arithmetic_decoding.beam_search import beam_search
 from arithmetic_decoding.toy import EOS_ID, ToyLanguageModel
 
 WORDS = ["<pad>", "</s>", "le", "chat", "dort", "sur", "un", "tapis"]
@@ -50,14 +59,84 @@ def decoded_length(sequences: np.ndarray) -> np.ndarray:
   return np.sum(sequences != 0, axis=-1)
 
 
+VERSES = ("In the beginning God created the heaven and the earth.",
+          "And God said, Let there be light: and there was light.")
+
+
+def encode_text(line: str, vocab: int, length: int) -> np.ndarray:
+  """A stand-in tokenizer for random weights: characters to ids in [2, vocab)."""
+  ids = [2 + (ord(c) % (vocab - 2)) for c in line[:length]]
+  return np.array(ids + [0] * (length - len(ids)), np.int32)
+
+
+def encoder_decoder_part(preset_name: str, n: int, temperature: float,
+                         seed: int) -> dict:
+  """Part 1: the three methods on the encoder-decoder."""
+  from arithmetic_decoding.models import EncoderDecoderModel, preset  # pylint: disable=g-import-not-at-top
+  model = EncoderDecoderModel(preset(preset_name))
+  cfg = model.config
+  params = model.init(jax.random.PRNGKey(seed))
+  tokens = jnp.asarray(np.stack([encode_text(v, cfg.vocab_size, 32)
+                                 for v in VERSES]))
+  length = 12
+  print(f"Part 1: encoder-decoder `{preset_name}` ({cfg.num_params() / 1e6:.1f}M "
+        f"parameters, random weights), {len(VERSES)} inputs, N = {n}, "
+        f"temperature {temperature}, {length} positions\n")
+
+  def make(method):
+    def run(params, tokens, key):
+      inputs, cache, fn = model.decode_inputs(params, tokens, length, n)
+      if method == "beam search":
+        return beam_search(inputs, cache, fn, EOS_ID, num_decodes=n, alpha=0.6)
+      sampler = (arithmetic_sample if method == "arithmetic" else
+                 ancestral_sample)
+      return sampler(inputs, cache, fn, EOS_ID, key, num_decodes=n,
+                     temperature=temperature, topk=0)
+    return jax.jit(run)
+
+  report = {}
+  key = jax.random.PRNGKey(seed + 1)
+  for method in ("arithmetic", "ancestral", "beam search"):
+    fn = make(method)
+    start = time.perf_counter()
+    decodes, scores = jax.block_until_ready(fn(params, tokens, key))
+    compile_s = time.perf_counter() - start
+    times = []
+    for _ in range(5):
+      start = time.perf_counter()
+      jax.block_until_ready(fn(params, tokens, key))
+      times.append(time.perf_counter() - start)
+    decodes, scores = np.asarray(decodes), np.asarray(scores)
+    distinct = [len({tuple(s) for s in decodes[b]}) for b in range(len(VERSES))]
+    report[method] = {"ms": round(1e3 * statistics.median(times), 2),
+                      "compile_s": round(compile_s, 2), "distinct": distinct}
+    print(f"  {method:<12} {1e3 * statistics.median(times):8.2f} ms per decode "
+          f"(compile {compile_s:.1f} s); distinct: "
+          + ", ".join(f"{d}/{n}" for d in distinct))
+    # The three best of input 0 (beam search: finished beams only).
+    best = [(seq, sc) for seq, sc in zip(decodes[0], scores[0]) if sc > -1e6]
+    for seq, sc in best[::-1][:3]:
+      print(f"      {sc:9.3f}  {' '.join(str(t) for t in seq)}")
+  print()
+  return report
+
+
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--num_decodes", type=int, default=8)
   parser.add_argument("--temperature", type=float, default=1.0)
   parser.add_argument("--repetitions", type=int, default=2000)
   parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument("--preset", default="tiny",
+                      help="encoder-decoder size for part 1 (tiny, small, ...)")
+  parser.add_argument("--model_temperature", type=float, default=0.5,
+                      help="sampling temperature for part 1")
   args = parser.parse_args(argv)
   n = args.num_decodes
+
+  model_report = encoder_decoder_part(args.preset, 16, args.model_temperature,
+                                      args.seed)
+  print("Part 2: ", end="")
 
   print(f"arithmetic-decoding demo: toy language model (vocabulary {WORDS[2:]}, "
         f"length {LENGTH}), {n} samples per prompt, temperature "
@@ -81,7 +160,8 @@ def main(argv=None) -> int:
   exact = sum(p * decoded_length(np.array(s)) for s, p in
               MODEL.enumerate_sequences(0, LENGTH, temperature=args.temperature))
   reps = args.repetitions
-  report = {"num_decodes": n, "temperature": args.temperature, "exact": float(exact)}
+  report = {"num_decodes": n, "temperature": args.temperature, "exact": float(exact),
+            "encoder_decoder": model_report}
   print(f"Estimating the mean decoded length of prompt 0 from {n} samples, "
         f"{reps} times (exact value {exact:.4f}):")
   for name, scheme in tqdm(METHODS.items(), desc="estimates", file=sys.stderr):

@@ -46,6 +46,7 @@ from arithmetic_decoding.categorical import CODE_RESOLUTION
 from arithmetic_decoding.codes import CodeScheme, SchemeLike, as_code_scheme
 from arithmetic_decoding.decoding import (DecodeOptions, Rows, decode_rows,
                                           make_rows, sort_samples)
+from arithmetic_decoding.models.t5 import init_cache
 from arithmetic_decoding.protocol import expand_rows, map_batched
 
 PyTree = Any
@@ -200,7 +201,7 @@ def _sample(params, encoder_tokens, rng, *, model, mesh: Mesh,
   with logical_rules(mesh, _rules_without_data()):
     encoded = model.encode(params, encoder_tokens)  # [B, S, D]
   inputs = jnp.zeros((batch, length), jnp.int32)
-  cache = _init_cache(model, batch, length)
+  cache = init_cache(model.config, batch, length)
   rows = make_rows(inputs, cache, rng, None,
                    jnp.asarray(setup.temperature, jnp.float32), None, None,
                    options)
@@ -222,11 +223,6 @@ def _sample(params, encoder_tokens, rng, *, model, mesh: Mesh,
       check_vma=False)(params, rows, encoded_x, mask_x)
   decodes, log_probs, _ = sort_samples(decodes, log_probs, codes, batch, n)
   return decodes, log_probs
-
-
-def _init_cache(model, batch: int, length: int):
-  from arithmetic_decoding.models.t5 import init_cache  # pylint: disable=g-import-not-at-top
-  return init_cache(model.config, batch, length)
 
 
 def _beam(params, encoder_tokens, rng, *, model, mesh: Mesh,
@@ -267,6 +263,13 @@ def make_sharded_decode(model, mesh: Mesh, setup: DecodeSetup
                    out_shardings=(replicated, replicated))
 
   def check(encoder_tokens):
+    shape = getattr(encoder_tokens, "shape", None)
+    dtype = getattr(encoder_tokens, "dtype", None)
+    if (shape is None or len(shape) != 2 or dtype is None or
+        not jnp.issubdtype(dtype, jnp.integer)):
+      raise TypeError("encoder_tokens must be an integer array [batch, "
+                      f"length]; got {type(encoder_tokens).__name__} "
+                      f"{shape} {dtype}.")
     batch = encoder_tokens.shape[0]
     rows = batch * setup.num_decodes
     if rows % mesh.shape["data"]:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -25,7 +24,7 @@ import time
 import jax
 from tqdm import tqdm
 
-from arithmetic_decoding import arithmetic_categorical
+from arithmetic_decoding import arithmetic_categorical, jsonl
 
 
 def time_pair(fns, args, repeats: int, inner: int):
@@ -71,13 +70,7 @@ def main(argv=None) -> int:
                       help="JSON-lines file: results are appended and reused.")
   args = parser.parse_args(argv)
 
-  done = {}
-  if args.out and os.path.exists(args.out):
-    with open(args.out) as f:
-      for line in f:
-        if line.strip():
-          r = json.loads(line)
-          done[(r["vocab"], r["batch"], r["dtype"])] = r
+  done = jsonl.load(args.out, key=lambda r: (r["vocab"], r["batch"], r["dtype"]))
   configs = [(v, b, d) for v in args.vocab for b in args.batch for d in args.dtype]
   results = []
   for config in tqdm(configs, desc="bench_sampler", file=sys.stderr):
@@ -87,10 +80,7 @@ def main(argv=None) -> int:
     record = measure(*config, repeats=args.repeats, inner=args.inner)
     record["backend"] = jax.default_backend()
     results.append(record)
-    if args.out:
-      os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-      with open(args.out, "a") as f:
-        f.write(json.dumps(record) + "\n")
+    jsonl.append(args.out, record)
   for r in results:
     print(json.dumps(r))
   ratios = [r["ratio"] for r in results]

@@ -1,0 +1,172 @@
+"""Benchmark: whole decodes of the encoder-decoder, three methods side by side.
+
+Arithmetic sampling (`arithmetic_sample`), ancestral sampling in the same loop
+(`ancestral_sample`) and beam search (`beam_search`), each jitted with the
+parameters as arguments, warmed up, and timed alternately in one run (median
+of repeats), on the `tiny` and mT5 `small` presets (random weights), for
+N in {1, 4, 16, 64} samples or beams per input. Reports seconds per decode,
+seconds per loop step (decodes may end at different steps), decoded tokens
+per second, and the compiled program's memory (XLA's `memory_analysis`:
+arguments, outputs and temporaries). Goal: arithmetic sampling within 2 % of
+ancestral sampling's time per step.
+
+  python scripts/bench_decode.py                          # the full table
+  python scripts/bench_decode.py --presets tiny --n 1 4   # a part of it
+  python scripts/bench_decode.py --out results/d.jsonl    # resumable
+
+Prints one JSON object per configuration, then a JSON summary and a one-line
+summary. With --out, finished configurations are appended as they complete
+and skipped when the script runs again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import jax
+import numpy as np
+from tqdm import tqdm
+
+from arithmetic_decoding import ancestral_sample, arithmetic_sample, jsonl
+from arithmetic_decoding.beam_search import beam_search
+from arithmetic_decoding.models import EncoderDecoderModel, preset
+
+EOS = 1
+METHODS = ("arithmetic", "ancestral", "beam")
+
+
+def make_decode(model, method: str, n: int, length: int):
+  """jit(params, encoder_tokens, key) -> (tokens [B, N, L], scores [B, N])."""
+
+  def decode(params, encoder_tokens, key):
+    inputs, cache, fn = model.decode_inputs(params, encoder_tokens, length, n)
+    if method == "beam":
+      return beam_search(inputs, cache, fn, EOS, num_decodes=n, alpha=0.6)
+    sampler = arithmetic_sample if method == "arithmetic" else ancestral_sample
+    return sampler(inputs, cache, fn, EOS, key, num_decodes=n, topk=0)
+
+  return jax.jit(decode)
+
+
+def loop_steps(tokens: np.ndarray) -> int:
+  """Steps a sampling loop ran: until its longest row ended."""
+  is_eos = tokens == EOS
+  ends = np.where(is_eos.any(-1), is_eos.argmax(-1) + 1, tokens.shape[-1])
+  return int(ends.max())
+
+
+def decoded_tokens(tokens: np.ndarray) -> int:
+  """Tokens produced (up to and including EOS) over all rows."""
+  is_eos = tokens == EOS
+  ends = np.where(is_eos.any(-1), is_eos.argmax(-1) + 1, tokens.shape[-1])
+  return int(ends.sum())
+
+
+def memory(compiled) -> dict:
+  stats = compiled.memory_analysis()
+  if stats is None:
+    return {}
+  return {"argument_mb": round(stats.argument_size_in_bytes / 2**20, 2),
+          "output_mb": round(stats.output_size_in_bytes / 2**20, 2),
+          "temp_mb": round(stats.temp_size_in_bytes / 2**20, 2)}
+
+
+def measure(name: str, n: int, batch: int, length: int, source_len: int,
+            repeats: int) -> dict:
+  model = EncoderDecoderModel(preset(name))
+  params = model.init(jax.random.PRNGKey(0))
+  tokens = jax.random.randint(jax.random.PRNGKey(1), (batch, source_len), 2,
+                              model.config.vocab_size)
+  key = jax.random.PRNGKey(2)
+  fns, outs, mems = {}, {}, {}
+  for method in METHODS:
+    jitted = make_decode(model, method, n, length)
+    compiled = jitted.lower(params, tokens, key).compile()
+    mems[method] = memory(compiled)
+    fns[method] = compiled
+    outs[method] = jax.block_until_ready(compiled(params, tokens, key))
+  # Calls per timing sample: enough for ~50 ms, so fast decodes are not
+  # dominated by timer and dispatch noise.
+  start = time.perf_counter()
+  jax.block_until_ready(fns["ancestral"](params, tokens, key))
+  inner = max(1, int(0.05 / (time.perf_counter() - start)))
+  times = {m: [] for m in METHODS}
+  for _ in range(repeats):  # alternate, so drifts hit all methods alike
+    for method in METHODS:
+      start = time.perf_counter()
+      for _ in range(inner):
+        out = fns[method](params, tokens, key)
+      jax.block_until_ready(out)
+      times[method].append((time.perf_counter() - start) / inner)
+  record = {"preset": name, "n": n, "batch": batch, "max_decode_len": length,
+            "backend": jax.default_backend()}
+  for method in METHODS:
+    seconds = statistics.median(times[method])
+    out = np.asarray(outs[method][0])
+    record[method] = {"seconds": round(seconds, 4),
+                      "tokens_per_s": round(decoded_tokens(out) / seconds, 1),
+                      **mems[method]}
+    if method != "beam":
+      steps = loop_steps(out)
+      record[method]["steps"] = steps
+      record[method]["ms_per_step"] = round(1e3 * seconds / steps, 3)
+  record["arithmetic_vs_ancestral_step"] = round(
+      record["arithmetic"]["ms_per_step"] / record["ancestral"]["ms_per_step"],
+      4)
+  record["beam_vs_ancestral"] = round(
+      record["beam"]["seconds"] / record["ancestral"]["seconds"], 3)
+  return record
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--presets", nargs="+", default=["tiny", "small"])
+  parser.add_argument("--n", type=int, nargs="+", default=[1, 4, 16, 64])
+  parser.add_argument("--batch", type=int, default=2)
+  parser.add_argument("--max-decode-len", type=int, default=16)
+  parser.add_argument("--source-len", type=int, default=16)
+  parser.add_argument("--repeats", type=int, default=5)
+  parser.add_argument("--out", default=None,
+                      help="JSON-lines file: results are appended and reused.")
+  args = parser.parse_args(argv)
+
+  done = jsonl.load(args.out, key=lambda r: (r["preset"], r["n"], r["batch"], r["max_decode_len"]))
+  configs = [(p, n) for p in args.presets for n in args.n]
+  results = []
+  for name, n in tqdm(configs, desc="bench_decode", file=sys.stderr):
+    key = (name, n, args.batch, args.max_decode_len)
+    if key in done:
+      results.append(done[key])
+      continue
+    record = measure(name, n, args.batch, args.max_decode_len, args.source_len,
+                     args.repeats)
+    results.append(record)
+    jsonl.append(args.out, record)
+  for r in results:
+    print(json.dumps(r))
+  ratios = [r["arithmetic_vs_ancestral_step"] for r in results]
+  beams = [r["beam_vs_ancestral"] for r in results]
+  summary = {"configs": len(results), "max_step_ratio": max(ratios),
+             "median_step_ratio": statistics.median(ratios),
+             "goal_met": max(ratios) <= 1.02,
+             "median_beam_ratio": statistics.median(beams),
+             "max_beam_ratio": max(beams),
+             "backend": jax.default_backend(),
+             "devices": str(jax.devices()[0].device_kind)}
+  print(json.dumps({"summary": summary}))
+  print(f"bench_decode: arithmetic / ancestral time per step median "
+        f"{summary['median_step_ratio']:.3f}, worst "
+        f"{summary['max_step_ratio']:.3f} (goal <= 1.02: "
+        f"{'met' if summary['goal_met'] else 'NOT met'}); beam search / "
+        f"ancestral time median {summary['median_beam_ratio']:.2f}, worst "
+        f"{summary['max_beam_ratio']:.2f}; {len(results)} configs on "
+        f"{summary['backend']}")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
