@@ -130,3 +130,17 @@ def test_bad_arguments_name_themselves(kwargs, match):
   with pytest.raises(ValueError, match=match):
     beam_search(jnp.zeros((1, 4), jnp.int32), MODEL.init_cache([0]),
                 MODEL.tokens_to_logits, **args)
+
+
+@pytest.mark.parametrize("width,k", [(1000, 3), (8 * 128 * 4 + 1, 4),
+                                     (250_112 * 4, 8), (100_003, 5)])
+def test_two_stage_top_k_equals_lax_top_k(width, k):
+  from jax import lax
+  from arithmetic_decoding.beam_search import _top_k
+  x = jax.random.normal(jax.random.PRNGKey(width), (3, width))
+  x = jnp.round(x * 4) / 4  # plenty of ties
+  x = x.at[0, :50].set(-jnp.inf).at[1, 7].set(jnp.inf)
+  values, indices = _top_k(x, k)
+  expected_values, expected_indices = lax.top_k(x, k)
+  np.testing.assert_array_equal(values, expected_values)
+  np.testing.assert_array_equal(indices, expected_indices)
