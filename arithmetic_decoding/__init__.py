@@ -10,7 +10,12 @@ Modules, in reading order:
   categorical  the one-step arithmetic categorical (the heart of the method)
   transforms   temperature / top-k / top-p, as T5X applies them
   protocol     T5X's DecodingState / SamplingLoopState and cache expansion
-  decoding     `arithmetic_sample` (T5X drop-in) and `arithmetic_encode`
+  decoding     `arithmetic_sample` (T5X drop-in), `ancestral_sample`,
+               `arithmetic_encode`
+  beam_search  T5X's beam search, in the same protocol
+  models       a T5.1.1 / mT5 encoder-decoder in Flax (needs the `models` extra)
+  topology     TPU v4 topologies (tpu_configs/) and meshes
+  sharding     logical axis rules and sharded decoding (pjit + shard_map)
   toy          a small enumerable language model for the demo and tests
 """
 
