@@ -1,7 +1,7 @@
 """`make demo`: arithmetic sampling vs ancestral sampling vs beam search.
 
 Part 1 decodes with the T5.1.1 / mT5 encoder-decoder (`--preset`, random
-weights until a trained checkpoint is embedded): for two inputs, N samples
+weights until a trained checkpoint is embedded): for eight inputs, N samples
 from each method, with their distinct counts and timings (after compiling).
 
 Part 2 uses the embedded toy model, whose sequences can be enumerated. For a
@@ -60,7 +60,13 @@ def decoded_length(sequences: np.ndarray) -> np.ndarray:
 
 
 VERSES = ("In the beginning God created the heaven and the earth.",
-          "And God said, Let there be light: and there was light.")
+          "And God said, Let there be light: and there was light.",
+          "And God saw the light, that it was good.",
+          "And God called the light Day, and the darkness he called Night.",
+          "And the evening and the morning were the first day.",
+          "And God called the firmament Heaven.",
+          "And God called the dry land Earth.",
+          "And the earth brought forth grass.")
 
 
 def encode_text(line: str, vocab: int, length: int) -> np.ndarray:
@@ -79,7 +85,7 @@ def encoder_decoder_part(preset_name: str, n: int, temperature: float,
   tokens = jnp.asarray(np.stack([encode_text(v, cfg.vocab_size, 32)
                                  for v in VERSES]))
   length = 12
-  print(f"Part 1: encoder-decoder `{preset_name}` ({cfg.num_params() / 1e6:.1f}M "
+  print(f"Part 1: encoder-decoder `{preset_name}` ({cfg.num_params() / 1e6:.2f}M "
         f"parameters, random weights), {len(VERSES)} inputs, N = {n}, "
         f"temperature {temperature}, {length} positions\n")
 
@@ -107,13 +113,20 @@ def encoder_decoder_part(preset_name: str, n: int, temperature: float,
       jax.block_until_ready(fn(params, tokens, key))
       times.append(time.perf_counter() - start)
     decodes, scores = np.asarray(decodes), np.asarray(scores)
-    distinct = [len({tuple(s) for s in decodes[b]}) for b in range(len(VERSES))]
+    # Beam search may finish fewer than N beams; its empty slots (score
+    # NEG_INF, all padding) are not samples.
+    kept = [[tuple(s) for s, sc in zip(decodes[b], scores[b]) if sc > -1e6]
+            for b in range(len(VERSES))]
+    distinct = [len(set(k)) for k in kept]
     report[method] = {"ms": round(1e3 * statistics.median(times), 2),
-                      "compile_s": round(compile_s, 2), "distinct": distinct}
+                      "compile_s": round(compile_s, 2), "distinct": distinct,
+                      "returned": [len(k) for k in kept]}
     print(f"  {method:<12} {1e3 * statistics.median(times):8.2f} ms per decode "
-          f"(compile {compile_s:.1f} s); distinct: "
-          + ", ".join(f"{d}/{n}" for d in distinct))
+          f"(compile {compile_s:.1f} s); distinct per input: "
+          + " ".join(f"{d}/{len(k)}" for d, k in zip(distinct, kept))
+          + f" (mean {np.mean(distinct):.2f})")
     # The three best of input 0 (beam search: finished beams only).
+    print("    best three of input 0 (score, tokens):")
     best = [(seq, sc) for seq, sc in zip(decodes[0], scores[0]) if sc > -1e6]
     for seq, sc in best[::-1][:3]:
       print(f"      {sc:9.3f}  {' '.join(str(t) for t in seq)}")
