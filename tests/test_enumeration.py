@@ -177,6 +177,26 @@ def test_lattice_samples_are_distinct_when_all_probabilities_are_small(scheme):
     assert len({tuple(s) for s in row}) == n
 
 
+@pytest.mark.parametrize("scheme", ["shifted_lattice", "van_der_corput"])
+def test_coarse_code_resolution_keeps_lattice_distinctness(scheme):
+  """With code_resolution = 1/N the code decides each sample only down to
+  prefix probability 1/N; below that no two of the N lattice codes share an
+  interval, so the samples stay distinct (fresh uniforms continue)."""
+  transform = dict(temperature=2.0, topk=0, topp=0.0)
+  dist = MODEL.enumerate_sequences(3, LENGTH, **transform)
+  n = int(np.floor(1.0 / max(p for _, p in dist)))
+  if scheme == "van_der_corput":
+    n = 2 ** int(np.floor(np.log2(n)))
+  rows = 25
+  inputs, cache, _ = repeat_rows(*setting(3), rows)
+  decodes, _ = arithmetic_sample(inputs, cache, MODEL.tokens_to_logits, EOS_ID,
+                                 jax.random.PRNGKey(11), num_decodes=n,
+                                 code_scheme=scheme, code_resolution=1.0 / n,
+                                 **transform)
+  for row in np.asarray(decodes):
+    assert len({tuple(s) for s in row}) == n
+
+
 def chi_square_p_value(samples, dist):
   """Pearson chi-square p-value of samples against an enumerated distribution."""
   counts = collections.Counter(tuple(int(t) for t in s) for s in samples)
@@ -200,6 +220,54 @@ def test_iid_codes_reproduce_the_model_distribution():
                                  code_scheme=CodeScheme.IID, **transform)
   samples = np.asarray(decodes).reshape(rows * n, LENGTH)
   assert chi_square_p_value(samples, dist) > 1e-3
+
+
+@pytest.mark.parametrize("scheme,resolution", [("iid", 0.25), ("iid", 1.0),
+                                               ("shifted_lattice", 1 / 16)])
+def test_coarse_code_resolution_is_exact_in_distribution(scheme, resolution):
+  """Replacing a spent code by a fresh uniform leaves every sample exactly
+  distributed (resolution 1: every token is drawn from a fresh uniform)."""
+  transform = dict(temperature=1.0, topk=0, topp=0.0)
+  dist = MODEL.enumerate_sequences(1, LENGTH, **transform)
+  rows, n = 8, 2496
+  inputs, cache, _ = repeat_rows(*setting(1), rows)
+  decodes, _ = arithmetic_sample(inputs, cache, MODEL.tokens_to_logits, EOS_ID,
+                                 jax.random.PRNGKey(6), num_decodes=n,
+                                 code_scheme=scheme, code_resolution=resolution,
+                                 **transform)
+  samples = np.asarray(decodes).reshape(rows * n, LENGTH)
+  assert chi_square_p_value(samples, dist) > 1e-3
+
+
+def test_code_resolution_changes_only_the_deep_tokens():
+  """The code alone decides a sample's tokens while the prefix before them
+  has probability >= the resolution: coarse and full resolution agree there,
+  code by code."""
+  transform = dict(temperature=1.0, topk=0, topp=0.0)
+  rows, n, resolution = 4, 16, 0.05
+  inputs, cache, _ = repeat_rows(*setting(1), rows)
+  codes = jax.random.uniform(jax.random.PRNGKey(3), (rows, n))
+
+  def by_code(**kw):
+    decodes, _, sorted_codes = arithmetic_sample(
+        inputs, cache, MODEL.tokens_to_logits, EOS_ID, jax.random.PRNGKey(1),
+        num_decodes=n, codes=codes, return_codes=True, **transform, **kw)
+    return {float(c): tuple(int(t) for t in seq)
+            for c, seq in zip(np.asarray(sorted_codes).ravel(),
+                              np.asarray(decodes).reshape(rows * n, LENGTH))}
+
+  full, coarse = by_code(), by_code(code_resolution=resolution)
+  assert full.keys() == coarse.keys()
+  deep_differ = 0
+  for code, seq in coarse.items():
+    tokens = [t for t in seq if t != 0]
+    prefix_probs = np.cumprod([MODEL.next_probs(1, seq[:i])[seq[i]]
+                               for i in range(len(tokens))])
+    # Token i is decided by the code if the prefix before it has p >= 0.05.
+    decided = 1 + int(np.sum(prefix_probs[:-1] >= resolution))
+    assert full[code][:decided] == seq[:decided], (code, full[code], seq)
+    deep_differ += full[code] != seq
+  assert deep_differ > 0  # the fresh uniforms do take over below 0.05
 
 
 @pytest.mark.parametrize("scheme", ["iid", "shifted_lattice"])
