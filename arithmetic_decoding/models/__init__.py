@@ -2,7 +2,7 @@
 
 from arithmetic_decoding.models.config import PRESETS, T5Config, preset
 from arithmetic_decoding.models.t5 import (EncoderDecoderModel, T5,
-                                           cache_logical_axes, init_cache,
+                                           init_cache,
                                            relative_position_bucket)
 
 __all__ = [
@@ -10,7 +10,6 @@ __all__ = [
     "PRESETS",
     "T5",
     "T5Config",
-    "cache_logical_axes",
     "init_cache",
     "preset",
     "relative_position_bucket",

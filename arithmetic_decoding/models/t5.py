@@ -39,6 +39,8 @@ from arithmetic_decoding.models.config import T5Config
 from arithmetic_decoding.protocol import expand_rows
 
 PyTree = Any
+# Logical axes of the decode cache's key/value arrays [B, T, H, K].
+CACHE_AXES = ("cache_batch", "cache_length", "cache_heads", "cache_kv")
 # Added to masked attention logits (finite, so a fully masked row stays NaN-free).
 _MASK = -1e10
 
@@ -230,8 +232,7 @@ class DecoderLayer(nn.Module):
       where = write_at[:, :, None, None]
       keys = jnp.where(where, keys, cache["key"])
       values = jnp.where(where, values, cache["value"])
-      axes = ("cache_batch", "cache_length", "cache_heads", "cache_kv")
-      keys, values = _constrain(keys, axes), _constrain(values, axes)
+      keys, values = _constrain(keys, CACHE_AXES), _constrain(values, CACHE_AXES)
       new_cache = {"key": keys, "value": values}
     x = x + self_attention(h, keys, values, self_bias)
     h = RMSNorm(cfg, name="pre_cross_attention_norm")(x)
@@ -336,20 +337,11 @@ class T5(nn.Module):
     return self.decode(encoded, encoder_tokens > 0, decoder_input_tokens)
 
 
-CACHE_AXES = ("cache_batch", "cache_length", "cache_heads", "cache_kv")
-
-
 def init_cache(config: T5Config, batch: int, length: int) -> Dict[str, Any]:
   """Zeros: {"layer_i": {"key", "value": [batch, length, H, K]}}."""
   shape = (batch, length, config.num_heads, config.d_kv)
   zeros = jnp.zeros(shape, config.activation_dtype)
   return {f"layer_{i}": {"key": zeros, "value": zeros}
-          for i in range(config.num_decoder_layers)}
-
-
-def cache_logical_axes(config: T5Config) -> Dict[str, Any]:
-  """The cache's logical axis names, in the structure of `init_cache`."""
-  return {f"layer_{i}": {"key": CACHE_AXES, "value": CACHE_AXES}
           for i in range(config.num_decoder_layers)}
 
 
