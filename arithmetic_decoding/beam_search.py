@@ -31,6 +31,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from arithmetic_decoding import validation
+from arithmetic_decoding.decoding import call_core
 from arithmetic_decoding.protocol import (DecodingState, expand_rows,
                                           map_batched, match_container)
 
@@ -296,9 +297,7 @@ def beam_search(inputs: jax.Array,
   eos_id = validation.check_int("eos_id", eos_id, minimum=0)
   beams = validation.check_int("num_decodes", num_decodes, minimum=1)
   cache_offset = validation.check_int("cache_offset", cache_offset, minimum=0)
-  if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not (
-      alpha >= 0.0 and alpha < float("inf")):
-    raise ValueError(f"alpha must be a finite float >= 0; got {alpha!r}.")
+  alpha = validation.check_alpha(alpha)
   if max_decode_len is None:
     max_decode_len = length
   max_decode_len = validation.check_int("max_decode_len", max_decode_len,
@@ -309,9 +308,6 @@ def beam_search(inputs: jax.Array,
   initial_index = validation.check_initial_index(initial_index, batch, length)
   args = (inputs, cache, initial_index)
   static = dict(tokens_to_logits=tokens_to_logits, eos_id=eos_id, beams=beams,
-                alpha=float(alpha), max_decode_len=max_decode_len,
+                alpha=alpha, max_decode_len=max_decode_len,
                 cache_offset=cache_offset)
-  leaves = jax.tree_util.tree_leaves(args)
-  if any(validation.is_traced(x) for x in leaves):
-    return _beam_core(*args, **static)
-  return _beam_core_jit(*args, **static)
+  return call_core(_beam_core, _beam_core_jit, args, static)

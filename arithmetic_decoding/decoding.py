@@ -534,7 +534,7 @@ def _encode_core(inputs, cache, decode_rng, targets, temperature, topk, topp,
 _encode_core_jit = jax.jit(_encode_core, static_argnames=_STATIC)
 
 
-def _run(core, jitted, args, static):
+def call_core(core, jitted, args, static):
   """Calls the jitted core, or the plain one when already being traced.
 
   Inside an outer `jax.jit` (T5X's pjit'ed predict) the outer compile covers
@@ -707,7 +707,7 @@ def _sample(inputs, cache, tokens_to_logits, eos_id, decode_rng, num_decodes,
   static = dict(tokens_to_logits=tokens_to_logits, options=options,
                 state_callback_fn=state_callback_fn,
                 logit_callback_fn=logit_callback_fn)
-  return _run(_sample_core, _sample_core_jit, args, static)
+  return call_core(_sample_core, _sample_core_jit, args, static)
 
 
 def ancestral_sample(
@@ -816,4 +816,4 @@ def arithmetic_encode(
   static = dict(tokens_to_logits=tokens_to_logits, options=options,
                 state_callback_fn=state_callback_fn,
                 logit_callback_fn=logit_callback_fn)
-  return _run(_encode_core, _encode_core_jit, args, static)
+  return call_core(_encode_core, _encode_core_jit, args, static)

@@ -163,8 +163,7 @@ class DecodeSetup:
     validation.check_temperature(self.temperature, 1)
     validation.check_topk_topp(validation.check_topk(self.topk),
                                validation.check_topp(self.topp))
-    if not (isinstance(self.alpha, (int, float)) and 0 <= self.alpha < np.inf):
-      raise ValueError(f"alpha must be a finite float >= 0; got {self.alpha!r}.")
+    validation.check_alpha(self.alpha)
     object.__setattr__(self, "code_scheme", as_code_scheme(self.code_scheme))
     if self.code_resolution is not None:
       validation.check_code_resolution(self.code_resolution)

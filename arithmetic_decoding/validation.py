@@ -217,3 +217,12 @@ def check_code_resolution(value) -> float:
     raise ValueError(
         f"code_resolution must be in [2**-22, 1]; got {value!r}.")
   return value
+
+
+def check_alpha(alpha) -> float:
+  """Beam search's brevity penalty exponent: a finite float >= 0."""
+  if (isinstance(alpha, bool) or
+      not isinstance(alpha, (int, float, np.floating, np.integer)) or
+      not 0.0 <= float(alpha) < float("inf")):
+    raise ValueError(f"alpha must be a finite float >= 0; got {alpha!r}.")
+  return float(alpha)

@@ -29,7 +29,7 @@ K d_kv, F d_ff, V vocabulary.
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional
 
 import flax.linen as nn
 import jax
@@ -367,14 +367,10 @@ class EncoderDecoderModel:
     self.config = config
     self.module = T5(config)
 
-  def init_with_axes(self, rng: jax.Array) -> Tuple[PyTree, PyTree]:
-    """(parameters, their logical axis names as PartitionSpecs)."""
-    tokens = jnp.ones((1, 4), jnp.int32)
-    boxed = self.module.init(rng, tokens, tokens)["params"]
-    return nn.unbox(boxed), nn.get_partition_spec(boxed)
-
   def init(self, rng: jax.Array) -> PyTree:
-    return self.init_with_axes(rng)[0]
+    """Random parameters (their logical axes: `param_logical_axes`)."""
+    tokens = jnp.ones((1, 4), jnp.int32)
+    return nn.unbox(self.module.init(rng, tokens, tokens)["params"])
 
   def param_logical_axes(self) -> PyTree:
     """Logical axis names of the parameters (no arrays are allocated)."""
