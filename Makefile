@@ -22,7 +22,7 @@ $(VENV)/.test-installed: setup.py | $(VENV)/bin/python
 	touch $@
 
 demo: $(VENV)/.demo-installed
-	$(PY) -m arithmetic_decoding.demo
+	$(PY) -m arithmetic_decoding.cli.demo
 
 test: $(VENV)/.test-installed
 	$(PY) -m pytest -q --doctest-modules arithmetic_decoding tests

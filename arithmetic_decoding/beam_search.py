@@ -19,6 +19,19 @@ log-probability.
 
 An input with no finished beam at the end returns its live beams, scored
 by unpenalised log-prob (T5X does the same).
+
+Two choices that differ from T5X where inputs start at different positions
+(`initial_index` with uneven prompts; checked against T5X's source):
+
+- `cur_index`. T5X hands `tokens_to_logits` a scalar `cur_index`, its loop
+  counter. Without `initial_index` every row is at that position and we pass
+  the same scalar (so models that use it as a slice index work unchanged).
+  With `initial_index` we pass each row's own position, int32 [B*K], as
+  `temperature_sample` does: a single counter is no row's position there.
+- Steps. T5X runs `max_decode_len - min(initial_index)` steps for every
+  input, so an input's result depends on the other prompts in its batch.
+  Here each input decodes from its own `initial_index` to the end, exactly
+  as T5X does for that input alone.
 """
 
 from __future__ import annotations
@@ -31,9 +44,10 @@ import jax.numpy as jnp
 from jax import lax
 
 from arithmetic_decoding import validation
-from arithmetic_decoding.decoding import call_core
-from arithmetic_decoding.protocol import (DecodingState, expand_rows,
-                                          map_batched, match_container)
+from arithmetic_decoding.calls import jit_or_trace
+from arithmetic_decoding.wide_topk import wide_top_k
+from arithmetic_decoding.protocol import (DecodingState, call_model,
+                                          expand_rows, map_batched)
 
 PyTree = Any
 # T5X's stand-in for -inf: finite, so sums and top-k stay well ordered.
@@ -55,7 +69,8 @@ class BeamState:
   """The beam-search loop state.
 
   Attributes:
-    cur_index: int32 [B]; the position fed at this step, per input.
+    cur_index: int32 [B]; the position fed at this step, per input (the
+      loop counter for all inputs unless they start at `initial_index`).
     live_log_probs: float32 [B, K]; log-probs of the live beams, ascending.
     finished_scores: float32 [B, K]; scores of finished beams, ascending
       (NEG_INF in empty slots).
@@ -90,40 +105,6 @@ def _top(scores: jax.Array, k: int):
   return jnp.flip(values, axis=1), jnp.flip(indices, axis=1)
 
 
-# Lanes of a TPU vreg: the first stage of `_top_k` works on rows this wide.
-_LANES = 128
-
-
-def _top_k(x: jax.Array, k: int):
-  """lax.top_k over a wide last axis, in two exact stages.
-
-  The beam step picks the best 2K of K * V candidates per input: few rows,
-  millions of columns. TPUs lay such an array out with the short batch axis
-  padded to 128 lanes, which multiplies the top-k's memory (measured with
-  the AOT compiler: GiBs per chip for mT5-small). Splitting each row into
-  128 contiguous chunks and keeping the k best of each first (the best k of
-  a row are among the chunks' best k), then the k best of those 128 * k,
-  gives the same values and indices, ties included (lower index first).
-
-  >>> v, i = _top_k(jnp.array([[0., 5., 3., 5., 1.] * 600]), 2)
-  >>> v.tolist(), i.tolist()
-  ([[5.0, 5.0]], [[1, 3]])
-  """
-  batch, width = x.shape
-  if width <= 8 * _LANES * k:
-    return lax.top_k(x, k)
-  chunk = -(-width // _LANES)  # ceil
-  padded = jnp.pad(x, ((0, 0), (0, chunk * _LANES - width)),
-                   constant_values=-jnp.inf)
-  # [B, W] -> [B * 128, W / 128]: the k best of each chunk.
-  values, local = lax.top_k(padded.reshape(batch * _LANES, chunk), k)
-  offsets = (jnp.arange(_LANES, dtype=local.dtype) * chunk)[None, :, None]
-  # [B, 128, k] -> [B, 128 * k], in index order of the chunks.
-  index = (local.reshape(batch, _LANES, k) + offsets).reshape(batch, _LANES * k)
-  values, best = lax.top_k(values.reshape(batch, _LANES * k), k)
-  return values, jnp.take_along_axis(index, best, axis=1)
-
-
 def _gather_cache(cache: PyTree, beam_indices: jax.Array, offset: int,
                   with_cache_index: bool) -> PyTree:
   """Reorders the B*K cache rows: row b*K + k takes row b*K + beam[b, k]."""
@@ -135,108 +116,186 @@ def _gather_cache(cache: PyTree, beam_indices: jax.Array, offset: int,
                      with_cache_index)
 
 
-def _beam_core(inputs, cache, initial_index, *, tokens_to_logits, eos_id: int,
-               beams: int, alpha: float, max_decode_len: int,
-               cache_offset: int):
-  batch = inputs.shape[0]
-  length = max_decode_len + 1  # the dummy BOS slot
-  with_cache_index = initial_index is not None
-  # [B, L] -> [B, T + 1]: the prompt in beam position space.
-  prompt = jnp.zeros((batch, length), jnp.int32)
-  width = min(inputs.shape[1], length)
-  prompt = prompt.at[:, :width].set(inputs[:, :width].astype(jnp.int32))
-  slots = jnp.arange(length, dtype=jnp.int32)
-  if initial_index is None:
-    start = jnp.zeros((batch,), jnp.int32)
-  else:
-    start = initial_index.astype(jnp.int32)
+@dataclasses.dataclass(frozen=True)
+class BeamCall:
+  """One validated beam search: arrays (pytree leaves) and static metadata.
 
+  Attributes:
+    inputs: int32 [B, L]; BOS 0 first, non-zero entries a forced prompt.
+    cache: the model cache for B rows.
+    initial_index: int32 [B] or None.
+    tokens_to_logits: (static) the model's step function.
+    eos_id, beams, alpha, max_decode_len, cache_offset: (static) as in
+      `beam_search` (beams = its num_decodes, K).
+  """
+
+  inputs: jax.Array
+  cache: PyTree
+  initial_index: Optional[jax.Array]
+  tokens_to_logits: Any
+  eos_id: int
+  beams: int
+  alpha: float
+  max_decode_len: int
+  cache_offset: int
+
+  @property
+  def length(self) -> int:
+    """Positions in beam space: the decoded ones plus the dummy BOS."""
+    return self.max_decode_len + 1
+
+  @property
+  def with_cache_index(self) -> bool:
+    return self.initial_index is not None
+
+
+jax.tree_util.register_dataclass(
+    BeamCall, data_fields=["inputs", "cache", "initial_index"],
+    meta_fields=["tokens_to_logits", "eos_id", "beams", "alpha",
+                 "max_decode_len", "cache_offset"])
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Candidates:
+  """The 2K best one-token extensions of an input's live beams.
+
+  Attributes:
+    log_probs: float32 [B, 2K]; log-prob of each extension, best first.
+    beams: int32 [B, 2K]; the live beam each extends.
+    seqs: int32 [B, 2K, T + 1]; the extended sequences.
+    ended: bool [B, 2K]; the new token is EOS.
+  """
+
+  log_probs: jax.Array
+  beams: jax.Array
+  seqs: jax.Array
+  ended: jax.Array
+
+
+def _prompt(call: BeamCall) -> jax.Array:
+  """[B, L] -> [B, T + 1]: the prompt in beam position space."""
+  batch = call.inputs.shape[0]
+  width = min(call.inputs.shape[1], call.length)
+  return jnp.zeros((batch, call.length), jnp.int32).at[:, :width].set(
+      call.inputs[:, :width])
+
+
+def _initial_state(call: BeamCall) -> BeamState:
+  batch, beams = call.inputs.shape[0], call.beams
   # [B, K]: one live beam (log-prob 0); the others can never be picked.
   live0 = jnp.where(jnp.arange(beams)[None, :] == beams - 1, 0.0, NEG_INF)
-  state = BeamState(
+  start = (jnp.zeros((batch,), jnp.int32) if call.initial_index is None else
+           call.initial_index)
+  return BeamState(
       cur_index=start,
       live_log_probs=jnp.broadcast_to(live0, (batch, beams)).astype(jnp.float32),
       finished_scores=jnp.full((batch, beams), NEG_INF, jnp.float32),
-      live_seqs=jnp.broadcast_to(prompt[:, None, :], (batch, beams, length)),
-      finished_seqs=jnp.zeros((batch, beams, length), jnp.int32),
+      live_seqs=jnp.broadcast_to(_prompt(call)[:, None, :],
+                                 (batch, beams, call.length)),
+      finished_seqs=jnp.zeros((batch, beams, call.length), jnp.int32),
       finished_flags=jnp.zeros((batch, beams), bool),
-      cache=map_batched(lambda x: expand_rows(x, beams, axis=cache_offset),
-                        cache, cache_offset, with_cache_index))
-  best_penalty = brevity_penalty(alpha, jnp.asarray(length))
+      cache=map_batched(lambda x: expand_rows(x, beams, axis=call.cache_offset),
+                        call.cache, call.cache_offset, call.with_cache_index))
+
+
+def _model_step(call: BeamCall, state: BeamState):
+  """Runs the model on every live beam: (log-probs [B, K, V], new cache)."""
+  batch, beams = call.inputs.shape[0], call.beams
+  i = state.cur_index  # [B]
+  at_i = jnp.arange(call.length)[None, :] == i[:, None]  # [B, T + 1]
+  # [B, K, T + 1] -> [B*K, 1]: the token at position i of every beam.
+  cur_token = jnp.sum(jnp.where(at_i[:, None, :], state.live_seqs, 0), axis=2)
+  # T5X's scalar loop counter where every row is at it; else per row.
+  cur_index = i[0] if call.initial_index is None else expand_rows(i, beams)
+  logits, new_cache = call_model(call.tokens_to_logits, DecodingState(
+      cur_index=cur_index,
+      sequences=state.live_seqs.reshape(batch * beams, call.length),
+      cur_token=cur_token.reshape(batch * beams, 1),
+      cache=state.cache))
+  # [B*K, V] -> [B, K, V]
+  log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+  return log_probs.reshape(batch, beams, -1), new_cache
+
+
+def _extend(call: BeamCall, state: BeamState, log_probs: jax.Array
+            ) -> Candidates:
+  """The 2K best extensions over all of an input's beams."""
+  batch, beams, vocab = log_probs.shape
+  # [B, K, V] -> [B, K*V] -> [B, 2K]
+  flat = (log_probs + state.live_log_probs[:, :, None]).reshape(
+      batch, beams * vocab)
+  top_log_probs, top_indices = wide_top_k(flat, 2 * beams)
+  top_beams, top_tokens = top_indices // vocab, top_indices % vocab
+  at_next = (jnp.arange(call.length)[None, :] ==
+             (state.cur_index + 1)[:, None])  # [B, T + 1]
+  top_log_probs, top_tokens = _force_prompt(call, at_next, top_log_probs,
+                                            top_tokens)
+  # [B, 2K, T + 1]: the candidates with their new token at i + 1.
+  seqs = jnp.where(at_next[:, None, :], top_tokens[:, :, None],
+                   _gather(state.live_seqs, top_beams))
+  return Candidates(top_log_probs, top_beams, seqs, top_tokens == call.eos_id)
+
+
+def _force_prompt(call: BeamCall, at_next, top_log_probs, top_tokens):
+  """Inside the prompt: one candidate, the prompt token, log-prob 0.
+
+  `at_next` bool [B, T + 1] marks the position being written.
+  """
+  forced = jnp.sum(jnp.where(at_next, _prompt(call), 0), axis=1)  # [B]
+  in_prompt = (forced != 0)[:, None]  # [B, 1]
+  only_first = jnp.where(jnp.arange(2 * call.beams)[None, :] == 0, 0.0,
+                         NEG_INF)
+  return (jnp.where(in_prompt, only_first, top_log_probs),
+          jnp.where(in_prompt, forced[:, None], top_tokens))
+
+
+def _update_live(call: BeamCall, candidates: Candidates, new_cache):
+  """The K best candidates that did not just end, and their cache rows."""
+  scores = candidates.log_probs + jnp.where(candidates.ended, NEG_INF, 0.0)
+  live_log_probs, keep = _top(scores, call.beams)  # [B, K]
+  cache = _gather_cache(new_cache, _gather(candidates.beams, keep),
+                        call.cache_offset, call.with_cache_index)
+  return live_log_probs, _gather(candidates.seqs, keep), cache
+
+
+def _update_finished(call: BeamCall, state: BeamState, candidates: Candidates):
+  """The K best of the finished beams and the candidates that just ended."""
+  penalty = brevity_penalty(call.alpha, state.cur_index + 1)[:, None]  # [B, 1]
+  new_scores = (candidates.log_probs / penalty +
+                jnp.where(candidates.ended, 0.0, NEG_INF))
+  scores = jnp.concatenate([state.finished_scores, new_scores], axis=1)
+  seqs = jnp.concatenate([state.finished_seqs, candidates.seqs], axis=1)
+  flags = jnp.concatenate([state.finished_flags, candidates.ended], axis=1)
+  finished_scores, best = _top(scores, call.beams)  # [B, K]
+  return finished_scores, _gather(seqs, best), _gather(flags, best)
+
+
+def _beam_core(call: BeamCall):
+  batch = call.inputs.shape[0]
+  best_penalty = brevity_penalty(call.alpha, jnp.asarray(call.length))
 
   def cond_fn(state: BeamState) -> jax.Array:
-    not_at_end = jnp.any(state.cur_index < length - 1)
+    not_at_end = jnp.any(state.cur_index < call.length - 1)
     # The best live beam, given the largest brevity penalty still to come,
     # against the worst finished one.
     best_live = state.live_log_probs[:, -1] / best_penalty  # [B]
     worst_finished = jnp.where(state.finished_flags[:, 0],
                                state.finished_scores[:, 0], NEG_INF)
-    done = jnp.all(worst_finished > best_live)
-    return not_at_end & ~done
+    return not_at_end & ~jnp.all(worst_finished > best_live)
 
   def body_fn(state: BeamState) -> BeamState:
-    i = state.cur_index  # [B]
-    at_i = slots[None, :] == i[:, None]  # [B, T + 1]
-    # [B, K, T + 1] -> [B*K, 1]: the token at position i of every beam.
-    cur_token = jnp.sum(jnp.where(at_i[:, None, :], state.live_seqs, 0), axis=2)
-    decoding_state = DecodingState(
-        cur_index=expand_rows(i, beams),
-        sequences=state.live_seqs.reshape(batch * beams, length),
-        cur_token=cur_token.reshape(batch * beams, 1),
-        cache=state.cache)
-    logits, new_cache = tokens_to_logits(decoding_state)
-    new_cache = match_container(state.cache, new_cache)
-    vocab = logits.shape[-1]
-    # [B*K, V] -> [B, K, V]: log-probs of every extension.
-    log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-    log_probs = log_probs.reshape(batch, beams, vocab)
-    log_probs = log_probs + state.live_log_probs[:, :, None]
-    # [B, K*V] -> [B, 2K]: the best 2K extensions over all beams.
-    flat = log_probs.reshape(batch, beams * vocab)
-    top_log_probs, top_indices = _top_k(flat, 2 * beams)
-    top_beams = top_indices // vocab
-    top_tokens = top_indices % vocab
-
-    # Teacher forcing: inside the prompt keep one beam with log-prob 0.
-    at_next = slots[None, :] == (i + 1)[:, None]  # [B, T + 1]
-    forced = jnp.sum(jnp.where(at_next, prompt, 0), axis=1)  # [B]
-    in_prompt = (forced != 0)[:, None]  # [B, 1]
-    only_first = jnp.where(jnp.arange(2 * beams)[None, :] == 0, 0.0, NEG_INF)
-    top_log_probs = jnp.where(in_prompt, only_first, top_log_probs)
-    top_tokens = jnp.where(in_prompt, forced[:, None], top_tokens)
-
-    # [B, 2K, T + 1]: the 2K candidates with their new token at i + 1.
-    candidates = _gather(state.live_seqs, top_beams)
-    candidates = jnp.where(at_next[:, None, :], top_tokens[:, :, None],
-                           candidates)
-    just_ended = top_tokens == eos_id  # [B, 2K]
-
-    # Live set: the K best that did not just end.
-    live_scores = top_log_probs + jnp.where(just_ended, NEG_INF, 0.0)
-    live_log_probs, keep = _top(live_scores, beams)  # [B, K]
-    live_seqs = _gather(candidates, keep)
-    cache = _gather_cache(new_cache, _gather(top_beams, keep), cache_offset,
-                          with_cache_index)
-
-    # Finished set: the K best of the old finished and the newly ended.
-    penalty = brevity_penalty(alpha, i + 1)[:, None]  # [B, 1]
-    new_scores = (top_log_probs / penalty +
-                  jnp.where(just_ended, 0.0, NEG_INF))
-    all_scores = jnp.concatenate([state.finished_scores, new_scores], axis=1)
-    all_seqs = jnp.concatenate([state.finished_seqs, candidates], axis=1)
-    all_flags = jnp.concatenate([state.finished_flags, just_ended], axis=1)
-    finished_scores, best = _top(all_scores, beams)
-    new_state = BeamState(
-        cur_index=i + 1,
-        live_log_probs=live_log_probs,
-        finished_scores=finished_scores,
-        live_seqs=live_seqs,
-        finished_seqs=_gather(all_seqs, best),
-        finished_flags=_gather(all_flags, best),
-        cache=cache)
+    log_probs, new_cache = _model_step(call, state)
+    candidates = _extend(call, state, log_probs)
+    live_log_probs, live_seqs, cache = _update_live(call, candidates,
+                                                    new_cache)
+    finished_scores, finished_seqs, finished_flags = _update_finished(
+        call, state, candidates)
+    new_state = BeamState(state.cur_index + 1, live_log_probs, finished_scores,
+                          live_seqs, finished_seqs, finished_flags, cache)
     # Inputs that started later (initial_index) may still run: the others
     # stay as they were.
-    at_end = i >= length - 1  # [B]
+    at_end = state.cur_index >= call.length - 1  # [B]
 
     def keep_old(new, old):
       if new.ndim == 0 or new.shape[0] != batch:
@@ -247,7 +306,7 @@ def _beam_core(inputs, cache, initial_index, *, tokens_to_logits, eos_id: int,
     return dataclasses.replace(
         jax.tree_util.tree_map(keep_old, new_state, state), cache=cache)
 
-  final = lax.while_loop(cond_fn, body_fn, state)
+  final = lax.while_loop(cond_fn, body_fn, _initial_state(call))
   any_finished = jnp.any(final.finished_flags, axis=1)  # [B]
   seqs = jnp.where(any_finished[:, None, None], final.finished_seqs,
                    final.live_seqs)
@@ -257,9 +316,7 @@ def _beam_core(inputs, cache, initial_index, *, tokens_to_logits, eos_id: int,
   return seqs[:, :, 1:], scores
 
 
-_STATIC = ("tokens_to_logits", "eos_id", "beams", "alpha", "max_decode_len",
-           "cache_offset")
-_beam_core_jit = jax.jit(_beam_core, static_argnames=_STATIC)
+_beam_core_jit = jax.jit(_beam_core)
 
 
 def beam_search(inputs: jax.Array,
@@ -305,9 +362,10 @@ def beam_search(inputs: jax.Array,
   if max_decode_len > length:
     raise ValueError(f"max_decode_len must be in [1, inputs.shape[1] = "
                      f"{length}]; got {max_decode_len}.")
-  initial_index = validation.check_initial_index(initial_index, batch, length)
-  args = (inputs, cache, initial_index)
-  static = dict(tokens_to_logits=tokens_to_logits, eos_id=eos_id, beams=beams,
-                alpha=alpha, max_decode_len=max_decode_len,
-                cache_offset=cache_offset)
-  return call_core(_beam_core, _beam_core_jit, args, static)
+  call = BeamCall(
+      inputs=inputs, cache=cache,
+      initial_index=validation.check_initial_index(initial_index, batch,
+                                                   length),
+      tokens_to_logits=tokens_to_logits, eos_id=eos_id, beams=beams,
+      alpha=alpha, max_decode_len=max_decode_len, cache_offset=cache_offset)
+  return jit_or_trace(_beam_core, _beam_core_jit, call)

@@ -50,7 +50,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from arithmetic_decoding.codes import ONE_BELOW
+from arithmetic_decoding.codes import ONE_BELOW, wrap_unit
 
 
 @jax.tree_util.register_dataclass
@@ -157,8 +157,9 @@ class ArithmeticStep:
 def arithmetic_step(x: jax.Array, codes: jax.Array) -> ArithmeticStep:
   """Selects one token per row of logits `x` [batch, vocab] with `codes` [batch].
 
-  See the module docstring for the rule. Three reductions over the vocabulary
-  (token, its lower end, the next live lower end) after one cumulative sum.
+  See the module docstring for the rule. After the blocked prefix sum, five
+  reductions over the vocabulary: the max logit (in `code_space`), then the
+  token, its lower end, the next live lower end and the token's logit.
   """
   x = x.astype(jnp.float32)
   space = code_space(x)
@@ -245,9 +246,7 @@ def refresh_residual(residual: jax.Array, token_log_prob: jax.Array,
     is left and the residual is fresh.
   """
   spread = jnp.minimum(1.0, CODE_RESOLUTION * jnp.exp(-token_log_prob))
-  refreshed = residual + spread * noise.astype(jnp.float32)
-  refreshed = jnp.where(refreshed >= 1.0, refreshed - 1.0, refreshed)
-  return jnp.clip(refreshed, 0.0, ONE_BELOW)
+  return wrap_unit(residual + spread * noise.astype(jnp.float32))
 
 
 @jax.tree_util.register_dataclass

@@ -95,8 +95,12 @@ def radical_inverse_base2(indices: jax.Array) -> jax.Array:
   return (x >> 8).astype(jnp.float32) * jnp.float32(2.0**-24)
 
 
-def _wrap_unit(x: jax.Array) -> jax.Array:
-  """(x mod 1) for x in [0, 2), clipped into [0, ONE_BELOW]."""
+def wrap_unit(x: jax.Array) -> jax.Array:
+  """(x mod 1) for x in [0, 2), clipped into [0, ONE_BELOW].
+
+  >>> wrap_unit(jnp.array([0.25, 1.5, 1.0])).tolist()
+  [0.25, 0.5, 0.0]
+  """
   x = jnp.where(x >= 1.0, x - 1.0, x)
   return jnp.clip(x, 0.0, ONE_BELOW)
 
@@ -141,4 +145,4 @@ def make_codes(rng: jax.Array,
   else:  # VAN_DER_CORPUT
     grid = radical_inverse_base2(index)
   # [1, N] + [B, 1] -> [B, N]
-  return _wrap_unit(grid[None, :] + shift)
+  return wrap_unit(grid[None, :] + shift)

@@ -32,6 +32,10 @@ import jax.numpy as jnp
 
 PyTree = Any
 
+# Slots appended to `SamplingLoopState.sequences` after the output positions:
+# a row that reaches its length limit before the others keeps writing into
+# the last one. Models never see them (`call_model` drops them).
+SPARE_SLOTS = 2
 # Cache entries without a batch axis, never expanded (as in T5X).
 _NEVER_EXPANDED = ("cached_bias", "position_embedder_index")
 # Expanded only when decoding starts from a prefilled cache (initial_index).
@@ -67,31 +71,33 @@ class DecodingState(_Replaceable):
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class SamplingLoopState(_Replaceable):
-  """The decode loop's whole state: T5X's `SamplingLoopState` fields + codes.
+  """The decode loop's whole state: T5X's `SamplingLoopState` fields, plus
+  the code fields (`codes`, `code_log_width`, `interval_low`).
 
   Attributes:
     step: int32 []; loop iterations so far, from 0.
     cur_index: int32 [B*N]; position of the token fed at this step.
-    sequences: int32 [B*N, length + 2]; BOS, prompt and decoded tokens, plus
-      two spare slots at the end (rows that reach their length limit before
-      others keep writing into the last one).
+    sequences: int32 [B*N, length + SPARE_SLOTS]; BOS, prompt and decoded
+      tokens, plus the spare slots (see `SPARE_SLOTS`).
     cache: the model's cache pytree.
     cur_token: int32 [B*N, 1]; the token fed at this step.
     ended: bool [B*N, 1]; the row has produced EOS or reached its limit.
-    rng: PRNG key; split every step exactly as T5X does. The codes carry the
-      randomness of the samples; the step keys only refresh the bits of the
-      residual codes that float32 cannot resolve
-      (`categorical.refresh_residual`).
+    rng: PRNG key, split into (step key, next rng) every step. It starts as
+      a child of `decode_rng` (the other child makes the codes), so the key
+      stream is not T5X's. Arithmetic sampling uses the step key for the
+      residual's refresh noise (`categorical.refresh_residual`) and for the
+      fresh codes of spent ones; ancestral sampling draws its tokens from it.
     log_prob: float32 [B*N]; log-probability of the decoded tokens so far
       (prompt tokens excluded, EOS included, nothing after EOS).
     codes: float32 [B*N]; each row's residual code in [0, 1): what is left of
-      its code after the tokens decoded so far (see `categorical`). When the
-      loop encodes sequences instead, the lower end of each prefix's code
-      interval.
+      its code after the tokens decoded so far (see `categorical`).
     code_log_width: float32 [B*N]; log-probability of the tokens decoded
       from the current code since it was last replaced (0 at the start). When
       it falls below log(code_resolution) the code is spent and replaced by a
-      fresh per-row uniform (see `decoding.DecodeOptions.code_resolution`).
+      fresh per-row uniform (see `choosers.Arithmetic`).
+    interval_low: float32 [B*N]; when the loop encodes given sequences
+      (`arithmetic_encode`), the lower end of each prefix's code interval
+      (its width is exp(log_prob)); 0 while sampling.
   """
 
   step: jax.Array
@@ -104,6 +110,7 @@ class SamplingLoopState(_Replaceable):
   log_prob: jax.Array
   codes: jax.Array
   code_log_width: jax.Array
+  interval_low: jax.Array
 
 
 def expand_rows(x: jax.Array, num_decodes: int, axis: int = 0) -> jax.Array:
@@ -175,35 +182,41 @@ def match_container(reference: PyTree, new: PyTree) -> PyTree:
 
 def call_model(
     tokens_to_logits: Callable[[DecodingState], Tuple[jax.Array, PyTree]],
-    state: SamplingLoopState,
+    decoding_state: DecodingState,
 ) -> Tuple[jax.Array, PyTree]:
-  """Runs the model on the loop state; checks what it returns.
+  """Runs the model on one step's `DecodingState`; checks what it returns.
+
+  Used by every decode loop (sampling, encoding, beam search), so each gets
+  the same checks.
 
   Returns:
-    logits [B*N, vocab] as returned (dtype unchanged) and the new cache with
-    the carried cache's container type.
+    logits [rows, vocab] as returned (dtype unchanged), rows being
+    `decoding_state.sequences.shape[0]`, and the new cache with the given
+    cache's container type.
 
   Raises:
-    ValueError: the logits are not [B*N, vocab], or the new cache's structure
-      differs from the old one's.
+    ValueError: the logits are not [rows, vocab], or the new cache's
+      structure differs from the old one's.
   """
-  decoding_state = DecodingState(
-      cur_index=state.cur_index,
-      # Drop the two spare slots: the model sees [B*N, length].
-      sequences=state.sequences[:, :-2],
-      cur_token=state.cur_token,
-      cache=state.cache)
   logits, new_cache = tokens_to_logits(decoding_state)
-  rows = state.sequences.shape[0]
+  rows = decoding_state.sequences.shape[0]
   if len(getattr(logits, "shape", ())) != 2 or logits.shape[0] != rows:
     raise ValueError(
         "tokens_to_logits must return logits of shape [batch * num_decodes, "
         f"vocab] = [{rows}, vocab]; got {getattr(logits, 'shape', None)}.")
-  new_cache = match_container(state.cache, new_cache)
-  old_def = jax.tree_util.tree_structure(state.cache)
+  old_cache = decoding_state.cache
+  new_cache = match_container(old_cache, new_cache)
+  old_def = jax.tree_util.tree_structure(old_cache)
   new_def = jax.tree_util.tree_structure(new_cache)
   if old_def != new_def:
     raise ValueError(
         "tokens_to_logits must return a cache with the structure of the cache "
         f"it was given; got {new_def}, expected {old_def}.")
   return logits, new_cache
+
+
+def decoding_state(state: SamplingLoopState) -> DecodingState:
+  """What the model sees of the loop state: [B*N, length] sequences."""
+  return DecodingState(cur_index=state.cur_index,
+                       sequences=state.sequences[:, :-SPARE_SLOTS],
+                       cur_token=state.cur_token, cache=state.cache)

@@ -11,8 +11,21 @@ a data-only mesh the compiled loop has no collective at all, its stopping
 test included (under plain `jit` a global `all(ended)` over a sharded array
 is an all-reduce every step). The `model` axis, where there is one, stays
 automatic (GSPMD) inside. A row's sample depends only on its code and its
-global row index (`decoding.row_keys`), never on the device it lands on, so
+global row index (`choosers.row_keys`), never on the device it lands on, so
 the samples do not change with the topology.
+
+Any model works that gives its per-input decode start and a step function
+over rows (`RowModel`; `models.EncoderDecoderModel` is one):
+
+  decode_start(params, encoder_tokens, max_decode_len)
+      -> inputs [B, L], cache [B, ...], context [B, ...]
+  step_fn(params, context_rows [R, ...]) -> tokens_to_logits
+
+The decode start (the encoder) runs once per device on the whole batch,
+replicated (in its own `shard_map`, so it has no collective and its outputs
+are bitwise those of one device). Each device then takes the context of its
+own rows' inputs (row r belongs to input r // N), never the whole N-fold
+expansion.
 
 Beam search cannot work that way: choosing the K best extensions of an
 input needs all of its beams, so with the beams split over `data` every step
@@ -31,7 +44,7 @@ import contextlib
 import dataclasses
 import enum
 import functools
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, Optional, Protocol, Tuple
 
 import flax.linen as nn
 import jax
@@ -42,14 +55,28 @@ from jax.sharding import PartitionSpec as P
 
 from arithmetic_decoding import validation
 from arithmetic_decoding.beam_search import beam_search
+from arithmetic_decoding.calls import DecodeCall
 from arithmetic_decoding.categorical import CODE_RESOLUTION
+from arithmetic_decoding.choosers import Ancestral, Arithmetic
 from arithmetic_decoding.codes import CodeScheme, SchemeLike, as_code_scheme
-from arithmetic_decoding.decoding import (DecodeOptions, Rows, decode_rows,
-                                          make_rows, sort_samples)
-from arithmetic_decoding.models.t5 import init_cache
-from arithmetic_decoding.protocol import expand_rows, map_batched
+from arithmetic_decoding.loop import DecodeOptions, ModelFns
+from arithmetic_decoding.protocol import map_batched
+from arithmetic_decoding.rows import Rows, decode_rows, make_rows, sort_samples
 
 PyTree = Any
+
+
+class RowModel(Protocol):
+  """What `make_sharded_decode` needs of a model (duck-typed)."""
+
+  def param_logical_axes(self) -> PyTree:
+    """Logical PartitionSpecs of the parameters (`LOGICAL_AXIS_RULES`)."""
+
+  def decode_start(self, params, encoder_tokens, max_decode_len: int):
+    """-> inputs int32 [B, L], cache [B, ...], context pytree [B, ...]."""
+
+  def step_fn(self, params, context_rows) -> Callable:
+    """-> tokens_to_logits over the rows of `context_rows` [R, ...]."""
 
 # Logical axis -> mesh axis (None: replicated). The only sharding table.
 LOGICAL_AXIS_RULES: Tuple[Tuple[str, Any], ...] = (
@@ -130,7 +157,7 @@ class DecodeSetup:
     alpha: beam search's brevity penalty exponent.
     code_scheme: arithmetic sampling's codes.
     code_resolution: how deep a code decides its sample (see
-      `decoding.DecodeOptions.code_resolution`). None (default): 1 / N, the
+      `choosers.Arithmetic`). None (default): 1 / N, the
       lattice spacing. The N samples of an input are then as stratified and
       as distinct as with the full code, and a sample no longer depends on
       the last bits of the logits, which XLA computes differently on
@@ -179,47 +206,57 @@ def _row_specs(rows: Rows) -> Rows:
   return Rows(inputs=data, cache=cache, initial_index=per_row(rows.initial_index),
               temperature=per_row(rows.temperature),
               max_decode_len=per_row(rows.max_decode_len), codes=data,
-              row_ids=data, rng=P())
+              row_ids=data, rng=P(), targets=None)
 
 
-def _sample(params, encoder_tokens, rng, *, model, mesh: Mesh,
+def _options(setup: DecodeSetup) -> DecodeOptions:
+  n = setup.num_decodes
+  if setup.method is Method.ANCESTRAL:
+    chooser = Ancestral()
+  else:
+    chooser = Arithmetic(max(CODE_RESOLUTION, 1.0 / n)
+                         if setup.code_resolution is None else
+                         float(setup.code_resolution))
+  return DecodeOptions(eos_id=setup.eos_id, num_decodes=n, chooser=chooser,
+                       topk=setup.topk, topp=setup.topp,
+                       code_scheme=setup.code_scheme)
+
+
+def _sample(params, encoder_tokens, rng, *, model: RowModel, mesh: Mesh,
             setup: DecodeSetup):
   """Arithmetic or ancestral sampling; rows decoded per `data` shard."""
-  batch = encoder_tokens.shape[0]
-  n, length = setup.num_decodes, setup.max_decode_len
-  options = DecodeOptions(
-      eos_id=setup.eos_id, num_decodes=n, topk=setup.topk, topp=setup.topp,
-      code_scheme=setup.code_scheme,
-      code_resolution=(max(CODE_RESOLUTION, 1.0 / n)
-                       if setup.code_resolution is None else
-                       float(setup.code_resolution)),
-      ancestral=setup.method is Method.ANCESTRAL)
-  # Every device encodes the whole batch (replicated over `data`): the
-  # encoded inputs are then bitwise the same on every topology, whatever
-  # XLA does with a smaller local batch. Cheap next to the decode loop.
-  with logical_rules(mesh, _rules_without_data()):
-    encoded = model.encode(params, encoder_tokens)  # [B, S, D]
-  inputs = jnp.zeros((batch, length), jnp.int32)
-  cache = init_cache(model.config, batch, length)
-  rows = make_rows(inputs, cache, rng, None,
-                   jnp.asarray(setup.temperature, jnp.float32), None, None,
-                   options)
-  # [B, S, D] -> [B*N, S, D], as T5X's model expands the encoded input.
-  encoded_x = expand_rows(encoded, n)
-  mask_x = expand_rows(encoder_tokens > 0, n)
+  batch, n = encoder_tokens.shape[0], setup.num_decodes
+  options = _options(setup)
 
-  def local(params, rows, encoded, mask):
-    # One device's rows (manual over `data`; `model`, if any, automatic).
+  def start(params, encoder_tokens):
+    # The whole batch on every device (manual over `data`, inputs and
+    # outputs replicated): no collective, and the same bits as one device.
     with nn.logical_axis_rules(_rules_without_data()):
-      tokens_to_logits = model.tokens_to_logits_fn(params, encoded, mask)
-      return decode_rows(rows, None, None, tokens_to_logits=tokens_to_logits,
-                         options=options)
+      return model.decode_start(params, encoder_tokens, setup.max_decode_len)
+
+  inputs, cache, context = jax.shard_map(
+      start, mesh=mesh, in_specs=(P(), P()), out_specs=P(),
+      axis_names={"data"}, check_vma=False)(params, encoder_tokens)
+  rows = make_rows(DecodeCall(
+      inputs=inputs, cache=cache, rng=rng,
+      temperature=jnp.asarray(setup.temperature, jnp.float32), topk=None,
+      topp=None, initial_index=None, max_decode_steps=None, codes=None,
+      targets=None, fns=None, options=options), options)
+
+  def local(params, rows, context):
+    # One device's rows (manual over `data`; `model`, if any, automatic).
+    # [B, ...] -> [R_local, ...]: the context of each local row's input.
+    context_rows = jax.tree_util.tree_map(
+        lambda x: jnp.take(x, rows.row_ids // n, axis=0), context)
+    with nn.logical_axis_rules(_rules_without_data()):
+      fns = ModelFns(model.step_fn(params, context_rows))
+      return decode_rows(rows, None, None, fns, options)
 
   data = P("data")
   decodes, log_probs, codes = jax.shard_map(
-      local, mesh=mesh, in_specs=(P(), _row_specs(rows), data, data),
+      local, mesh=mesh, in_specs=(P(), _row_specs(rows), P()),
       out_specs=(data, data, data), axis_names={"data"},
-      check_vma=False)(params, rows, encoded_x, mask_x)
+      check_vma=False)(params, rows, context)
   decodes, log_probs, _ = sort_samples(decodes, log_probs, codes, batch, n)
   return decodes, log_probs
 
@@ -236,7 +273,7 @@ def _beam(params, encoder_tokens, rng, *, model, mesh: Mesh,
                        num_decodes=k, alpha=setup.alpha)
 
 
-def make_sharded_decode(model, mesh: Mesh, setup: DecodeSetup
+def make_sharded_decode(model: RowModel, mesh: Mesh, setup: DecodeSetup
                         ) -> Callable[[PyTree, jax.Array, jax.Array],
                                       Tuple[jax.Array, jax.Array]]:
   """The jitted decode of `setup` on `mesh`.

@@ -2,7 +2,8 @@
 
 The demo decodes with it and the tests check exact outcomes against it: with a
 handful of tokens and a few positions every sequence can be listed with its
-exact probability (`enumerate_sequences`), independently of the library.
+exact probability (`testing.enumerate_sequences`, numpy, independent of the
+library).
 
 The model is conditional, like an encoder-decoder: each batch row has a
 `source` (an int in [0, num_sources), standing in for an encoded input). The
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -125,8 +126,6 @@ class ToyLanguageModel:
       new_cache = type(cache)(new_cache)
     return logits, new_cache
 
-  # --- Reference (numpy, float64), independent of the library ---------------
-
   def next_logits(self, source: int, prefix: Sequence[int]) -> np.ndarray:
     """float32 [vocab] logits after `prefix` (tokens after BOS)."""
     h = 0
@@ -135,64 +134,3 @@ class ToyLanguageModel:
     logits = self.table[source, h % self.num_states].copy()
     logits[EOS_ID] = logits[EOS_ID] + np.float32(self.eos_bonus) * np.float32(len(prefix))
     return logits
-
-  def next_probs(self, source: int, prefix: Sequence[int], temperature: float = 1.0,
-                 topk: int = 0, topp: float = 0.0) -> np.ndarray:
-    """float64 [vocab] next-token probabilities under the T5X transform."""
-    return transformed_probs(self.next_logits(source, prefix), temperature,
-                             topk, topp)
-
-  def enumerate_sequences(self, source: int, length: int, *, prompt=(),
-                          temperature: float = 1.0, topk: int = 0,
-                          topp: float = 0.0) -> List[Tuple[Tuple[int, ...], float]]:
-    """Every sequence the model can decode, with its exact probability.
-
-    Sequences are in the decoder's output layout: `prompt`, then the decoded
-    tokens up to and including EOS (or until `length`), padded with 0 to
-    `length`. They come in dictionary (= code) order.
-    """
-    out: List[Tuple[Tuple[int, ...], float]] = []
-
-    def walk(prefix: Tuple[int, ...], prob: float):
-      if len(prefix) >= length:
-        out.append((prefix[:length], prob))
-        return
-      probs = self.next_probs(source, prefix, temperature, topk, topp)
-      for token in range(self.vocab_size):
-        if probs[token] <= 0.0:
-          continue
-        if token == EOS_ID:
-          done = prefix + (token,)
-          out.append((done + (PAD_ID,) * (length - len(done)), prob * probs[token]))
-        else:
-          walk(prefix + (token,), prob * probs[token])
-
-    walk(tuple(int(t) for t in prompt), 1.0)
-    return out
-
-
-def transformed_probs(logits: np.ndarray, temperature: float = 1.0, topk: int = 0,
-                      topp: float = 0.0) -> np.ndarray:
-  """T5X's temperature / top-k / top-p transform, in float64 numpy.
-
-  Greedy (temperature <= 1e-4) puts all mass on the first argmax.
-  """
-  logits = np.asarray(logits, np.float64)
-  if temperature <= 1e-4:
-    probs = np.zeros_like(logits)
-    probs[int(np.argmax(logits))] = 1.0
-    return probs
-  x = logits / temperature
-  if topk:
-    kth = np.sort(x)[::-1][topk - 1]
-    x = np.where(x >= kth, x, -np.inf)
-  probs = np.exp(x - np.max(x))
-  probs /= probs.sum()
-  if topp:
-    ordered = np.sort(probs)[::-1]
-    needed = int(np.searchsorted(np.cumsum(ordered), topp - 1e-12)) + 1
-    cut = ordered[min(needed, len(ordered)) - 1]
-    probs = np.where(probs >= cut, probs, 0.0)
-    probs /= probs.sum()
-  return probs
-

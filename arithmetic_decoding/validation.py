@@ -189,6 +189,19 @@ def check_codes(codes: Any, batch_size: int, num_decodes: int):
   return jnp.asarray(codes, jnp.float32)
 
 
+def check_sequences(sequences: Any, batch_size: int, length: int) -> jax.Array:
+  """Integer sequences [batch, num, length] (what `arithmetic_encode` takes)."""
+  shape = getattr(sequences, "shape", None)
+  dtype = getattr(sequences, "dtype", None)
+  if shape is None or dtype is None or not jnp.issubdtype(dtype, jnp.integer):
+    raise TypeError("sequences must be an integer array [batch, num, length].")
+  if len(shape) != 3 or shape[0] != batch_size or shape[2] != length:
+    raise ValueError(
+        "sequences must have shape [batch, num, length] with batch, length = "
+        f"inputs.shape = ({batch_size}, {length}); got {tuple(shape)}.")
+  return jnp.asarray(sequences, jnp.int32)
+
+
 def check_rng(decode_rng: Any):
   """A PRNG key: a typed key scalar or a raw uint32[2] key."""
   if decode_rng is None:

@@ -27,7 +27,7 @@ import jax.numpy as jnp  # noqa: E402
 from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from arithmetic_decoding import jsonl  # noqa: E402
+from arithmetic_decoding.cli import jsonl  # noqa: E402
 from arithmetic_decoding.models import EncoderDecoderModel, preset  # noqa: E402
 from arithmetic_decoding.sharding import (DecodeSetup, make_sharded_decode,  # noqa: E402
                                           param_shardings)

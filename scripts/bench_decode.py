@@ -1,14 +1,17 @@
 """Benchmark: whole decodes of the encoder-decoder, three methods side by side.
 
 Arithmetic sampling (`arithmetic_sample`), ancestral sampling in the same loop
-(`ancestral_sample`) and beam search (`beam_search`), each jitted with the
-parameters as arguments, warmed up, and timed alternately in one run (median
-of repeats), on the `tiny` and mT5 `small` presets (random weights), for
-N in {1, 4, 16, 64} samples or beams per input. Reports seconds per decode,
-seconds per loop step (decodes may end at different steps), decoded tokens
-per second, and the compiled program's memory (XLA's `memory_analysis`:
-arguments, outputs and temporaries). Goal: arithmetic sampling within 2 % of
-ancestral sampling's time per step.
+(`ancestral_sample`), the same loop with greedy argmax (temperature 0: no
+sampling at all, the physical floor) and beam search (`beam_search`), each
+jitted with the parameters as arguments, warmed up, and timed alternately in
+one run (median of --repeats, 7 by default), on the `tiny` and mT5 `small`
+presets (random weights), for N in {1, 4, 16, 64} samples or beams per
+input. Reports seconds per decode, seconds per loop step (decodes may end at
+different steps), decoded tokens per second, and the compiled program's
+memory (XLA's `memory_analysis`: arguments, outputs and temporaries).
+Goals: arithmetic sampling within 2 % of ancestral sampling's time per step,
+and within 2 % of greedy's on mT5-small (the sampler costs nothing beside
+the model).
 
   python scripts/bench_decode.py                          # the full table
   python scripts/bench_decode.py --presets tiny --n 1 4   # a part of it
@@ -31,12 +34,13 @@ import jax
 import numpy as np
 from tqdm import tqdm
 
-from arithmetic_decoding import ancestral_sample, arithmetic_sample, jsonl
+from arithmetic_decoding import ancestral_sample, arithmetic_sample
+from arithmetic_decoding.cli import jsonl
 from arithmetic_decoding.beam_search import beam_search
 from arithmetic_decoding.models import EncoderDecoderModel, preset
 
 EOS = 1
-METHODS = ("arithmetic", "ancestral", "beam")
+METHODS = ("arithmetic", "ancestral", "greedy", "beam")
 
 
 def make_decode(model, method: str, n: int, length: int):
@@ -46,6 +50,9 @@ def make_decode(model, method: str, n: int, length: int):
     inputs, cache, fn = model.decode_inputs(params, encoder_tokens, length, n)
     if method == "beam":
       return beam_search(inputs, cache, fn, EOS, num_decodes=n, alpha=0.6)
+    if method == "greedy":  # the same loop, argmax of the logits
+      return arithmetic_sample(inputs, cache, fn, EOS, key, num_decodes=n,
+                               temperature=0.0)
     sampler = arithmetic_sample if method == "arithmetic" else ancestral_sample
     return sampler(inputs, cache, fn, EOS, key, num_decodes=n, topk=0)
 
@@ -114,9 +121,13 @@ def measure(name: str, n: int, batch: int, length: int, source_len: int,
       steps = loop_steps(out)
       record[method]["steps"] = steps
       record[method]["ms_per_step"] = round(1e3 * seconds / steps, 3)
+  step = lambda m: record[m]["ms_per_step"]
   record["arithmetic_vs_ancestral_step"] = round(
-      record["arithmetic"]["ms_per_step"] / record["ancestral"]["ms_per_step"],
-      4)
+      step("arithmetic") / step("ancestral"), 4)
+  record["arithmetic_vs_greedy_step"] = round(
+      step("arithmetic") / step("greedy"), 4)
+  record["ancestral_vs_greedy_step"] = round(
+      step("ancestral") / step("greedy"), 4)
   record["beam_vs_ancestral"] = round(
       record["beam"]["seconds"] / record["ancestral"]["seconds"], 3)
   return record
@@ -129,7 +140,7 @@ def main(argv=None) -> int:
   parser.add_argument("--batch", type=int, default=2)
   parser.add_argument("--max-decode-len", type=int, default=16)
   parser.add_argument("--source-len", type=int, default=16)
-  parser.add_argument("--repeats", type=int, default=5)
+  parser.add_argument("--repeats", type=int, default=7)
   parser.add_argument("--out", default=None,
                       help="JSON-lines file: results are appended and reused.")
   args = parser.parse_args(argv)
@@ -150,9 +161,16 @@ def main(argv=None) -> int:
     print(json.dumps(r))
   ratios = [r["arithmetic_vs_ancestral_step"] for r in results]
   beams = [r["beam_vs_ancestral"] for r in results]
+  floor = [r["arithmetic_vs_greedy_step"] for r in results]
+  small_floor = [r["arithmetic_vs_greedy_step"] for r in results
+                 if r["preset"] == "small"]
   summary = {"configs": len(results), "max_step_ratio": max(ratios),
              "median_step_ratio": statistics.median(ratios),
              "goal_met": max(ratios) <= 1.02,
+             "median_vs_greedy": statistics.median(floor),
+             "max_vs_greedy_small": max(small_floor) if small_floor else None,
+             "greedy_goal_met": (max(small_floor) <= 1.02 if small_floor
+                                 else None),
              "median_beam_ratio": statistics.median(beams),
              "max_beam_ratio": max(beams),
              "backend": jax.default_backend(),
@@ -161,7 +179,10 @@ def main(argv=None) -> int:
   print(f"bench_decode: arithmetic / ancestral time per step median "
         f"{summary['median_step_ratio']:.3f}, worst "
         f"{summary['max_step_ratio']:.3f} (goal <= 1.02: "
-        f"{'met' if summary['goal_met'] else 'NOT met'}); beam search / "
+        f"{'met' if summary['goal_met'] else 'NOT met'}); arithmetic / greedy "
+        f"median {summary['median_vs_greedy']:.3f}, worst on small "
+        f"{summary['max_vs_greedy_small']} (goal <= 1.02: "
+        f"{summary['greedy_goal_met']}); beam search / "
         f"ancestral time median {summary['median_beam_ratio']:.2f}, worst "
         f"{summary['max_beam_ratio']:.2f}; {len(results)} configs on "
         f"{summary['backend']}")

@@ -24,7 +24,8 @@ import time
 import jax
 from tqdm import tqdm
 
-from arithmetic_decoding import arithmetic_categorical, jsonl
+from arithmetic_decoding import arithmetic_categorical
+from arithmetic_decoding.cli import jsonl
 
 
 def time_pair(fns, args, repeats: int, inner: int):

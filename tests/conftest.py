@@ -14,10 +14,6 @@ from hypothesis import HealthCheck, settings
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
-# The multi-device worker runs only as a subprocess: importing it (doctest
-# collection) would set XLA_FLAGS and read sys.argv.
-collect_ignore = ["multidevice_worker.py"]
-
 settings.register_profile(
     "ci", max_examples=10_000, deadline=None, derandomize=True,
     suppress_health_check=[HealthCheck.too_slow])

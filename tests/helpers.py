@@ -1,4 +1,5 @@
-"""Small fake models and a runner for protocol tests."""
+"""Small fake models, a runner for protocol tests, and a teacher-forced
+log-prob reference for the encoder-decoder."""
 
 
 import jax
@@ -39,3 +40,23 @@ def run(mode, fn, *args, traced=(), **kwargs):
     return fn(*args, **traced_kwargs, **kwargs)
 
   return wrapped(args, traced_kwargs)
+
+
+def teacher_forced_log_probs(model, params, encoder_tokens, decodes,
+                             eos_id=EOS_ID):
+  """Log-prob of each sequence [B, N, L] from one full pass of `model`.
+
+  Counts tokens up to and including the first EOS (padding after it is
+  ignored), as the decode functions report them.
+  """
+  b, n, length = decodes.shape
+  flat = jnp.asarray(decodes).reshape(b * n, length)
+  decoder_inputs = jnp.pad(flat, ((0, 0), (1, 0)))[:, :-1]
+  logits = model.logits(params, jnp.repeat(jnp.asarray(encoder_tokens), n,
+                                            axis=0), decoder_inputs)
+  # [B*N, L, V] at [B*N, L] -> [B*N, L]
+  token_lp = jnp.take_along_axis(jax.nn.log_softmax(logits),
+                                 flat[:, :, None], axis=-1)[:, :, 0]
+  before_eos = (jnp.cumsum(flat == eos_id, axis=1) - (flat == eos_id)) == 0
+  return np.asarray(jnp.sum(jnp.where(before_eos, token_lp, 0.0),
+                            axis=1)).reshape(b, n)

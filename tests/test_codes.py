@@ -7,6 +7,7 @@ import pytest
 from scipy import stats
 
 from arithmetic_decoding import CodeScheme, make_codes, radical_inverse_base2
+from arithmetic_decoding import codes as codes_module
 from arithmetic_decoding.codes import ONE_BELOW, as_code_scheme
 
 KEY = jax.random.PRNGKey(42)
@@ -68,10 +69,23 @@ def test_shifts_are_uniform_across_rows():
   assert stats.kstest(first, "uniform").pvalue > 1e-3
 
 
-def test_codes_never_reach_one():
-  # A shift just below 1 plus the lattice point 0 must stay below 1.
-  codes = make_codes(KEY, 1, 1)
-  assert float(codes[0, 0]) <= ONE_BELOW
+@pytest.mark.parametrize("scheme", ["shifted_lattice", "van_der_corput"])
+def test_codes_never_reach_one(scheme, monkeypatch):
+  # Force the largest shift float32 can give: ONE_BELOW. Every lattice point
+  # i/N + ONE_BELOW must wrap back into [0, 1), the first one staying at
+  # ONE_BELOW itself (0 + ONE_BELOW is below 1: no wrap).
+  def uniform(key, shape, dtype=jnp.float32, *args, **kwargs):
+    del key, args, kwargs
+    return jnp.full(shape, ONE_BELOW, dtype)
+
+  monkeypatch.setattr(codes_module.jax.random, "uniform", uniform)
+  codes = np.asarray(make_codes(KEY, 2, 8, scheme))
+  assert codes.max() <= ONE_BELOW and codes.min() >= 0.0
+  assert codes[0, 0] == np.float32(ONE_BELOW)
+  # The others are i/8 - 2**-24 rounded: just below each lattice point.
+  expected = (radical_inverse_base2(jnp.arange(8)) if scheme == "van_der_corput"
+              else np.arange(8) / 8)
+  np.testing.assert_allclose(codes[0, 1:], np.asarray(expected)[1:], atol=1e-7)
 
 
 def test_unknown_scheme_is_rejected_with_the_allowed_values():

@@ -11,6 +11,7 @@ from arithmetic_decoding.models import (PRESETS, EncoderDecoderModel, init_cache
                                         preset, relative_position_bucket)
 from arithmetic_decoding.protocol import DecodingState
 from arithmetic_decoding.sharding import LOGICAL_AXIS_RULES
+from helpers import teacher_forced_log_probs
 
 EOS = 1
 
@@ -25,6 +26,12 @@ def _batch(seed, batch=3, enc_len=7, dec_len=6, vocab=64):
   return enc, dec
 
 
+def _step_fn(model, params, enc):
+  """tokens_to_logits over the rows of `enc` (no N-fold expansion)."""
+  _, _, context = model.decode_start(params, enc, 1)
+  return model.step_fn(params, context)
+
+
 @pytest.mark.parametrize("dtype,tol", [("float32", 2e-5), ("bfloat16", 6e-2)])
 def test_cached_steps_equal_the_teacher_forced_pass(dtype, tol):
   model = EncoderDecoderModel(preset("tiny", dtype=dtype))
@@ -32,8 +39,7 @@ def test_cached_steps_equal_the_teacher_forced_pass(dtype, tol):
   enc, dec = _batch(1)
   full = model.logits(params, enc, dec)  # [B, T, V]
   assert full.dtype == jnp.dtype(dtype)
-  step = jax.jit(model.tokens_to_logits_fn(params, model.encode(params, enc),
-                                           enc > 0))
+  step = jax.jit(_step_fn(model, params, enc))
   cache = init_cache(model.config, 3, dec.shape[1])
   for i in range(dec.shape[1]):
     state = DecodingState(jnp.full((3,), i, jnp.int32), dec, dec[:, i:i + 1],
@@ -51,7 +57,7 @@ def test_rows_at_different_positions_decode_independently():
   params = model.init(jax.random.PRNGKey(0))
   enc, dec = _batch(2)
   full = model.logits(params, enc, dec)
-  step = model.tokens_to_logits_fn(params, model.encode(params, enc), enc > 0)
+  step = _step_fn(model, params, enc)
   cache = init_cache(model.config, 3, dec.shape[1])
   # Fill row r up to position r + 2, all rows in one call per step.
   ends = np.array([2, 3, 4])
@@ -91,15 +97,8 @@ def test_sampled_log_probs_equal_the_full_pass():
                              topk=0)
 
   decodes, log_probs = sample(params, enc, jax.random.PRNGKey(5))
-  flat = decodes.reshape(3 * n, length)
-  dec_in = jnp.pad(flat, ((0, 0), (1, 0)))[:, :-1]
-  logits = model.logits(params, jnp.repeat(enc, n, axis=0), dec_in)
-  token_lp = jnp.take_along_axis(jax.nn.log_softmax(logits), flat[:, :, None],
-                                 axis=-1)[:, :, 0]
-  # Count tokens up to and including the first EOS.
-  ended_before = jnp.cumsum(flat == EOS, axis=1) - (flat == EOS)
-  expected = jnp.sum(jnp.where(ended_before == 0, token_lp, 0.0), axis=1)
-  np.testing.assert_allclose(log_probs.reshape(-1), expected, atol=1e-4)
+  expected = teacher_forced_log_probs(model, params, enc, decodes, EOS)
+  np.testing.assert_allclose(log_probs, expected, atol=1e-4)
   assert np.all(np.isfinite(log_probs))
 
 
@@ -112,13 +111,7 @@ def test_beam_search_drives_the_model():
                                                  alpha=0.0))(inputs, cache)
   assert out.shape == (3, 4, 5)
   # Every returned score is its sequence's log-prob (alpha = 0); no prompt.
-  flat = out.reshape(12, 5)
-  dec_in = jnp.pad(flat, ((0, 0), (1, 0)))[:, :-1]
-  logits = model.logits(params, jnp.repeat(enc, 4, axis=0), dec_in)
-  token_lp = jnp.take_along_axis(jax.nn.log_softmax(logits), flat[:, :, None],
-                                 axis=-1)[:, :, 0]
-  ended_before = jnp.cumsum(flat == EOS, axis=1) - (flat == EOS)
-  expected = jnp.sum(jnp.where(ended_before == 0, token_lp, 0.0), axis=1)
+  expected = teacher_forced_log_probs(model, params, enc, out, EOS).reshape(-1)
   # Empty slots (fewer than K beams finished) score NEG_INF.
   filled = np.asarray(scores.reshape(-1)) > -1e6
   assert filled.sum() >= 3

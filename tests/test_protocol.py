@@ -209,6 +209,8 @@ def recording_model(record, vocab=4):
   def tokens_to_logits(state):
     record.append(jax.tree_util.tree_map(lambda x: x.shape, state.cache))
     record.append(type(state.cache))
+    if not isinstance(state.cur_token, jax.core.Tracer):  # under disable_jit
+      record.append(jax.tree_util.tree_map(np.asarray, state.cache))
     rows = state.cur_token.shape[0]
     logits = jnp.where(jnp.arange(vocab)[None, :] == 2, 0.0, NEG)
     # Return a plain dict, as flax's mutable apply does.
@@ -219,13 +221,22 @@ def recording_model(record, vocab=4):
 
 
 def t5x_like_cache(batch, scanned=False):
+  """A cache shaped like T5X's, with distinct values per row: row b of
+  `cached_key` holds b (+ 100 * layer), `cache_index` holds 10 * (b + 1)."""
   layers = (3,) if scanned else ()
+  rows = np.arange(batch, dtype=np.float32).reshape(
+      (1,) * len(layers) + (batch, 1, 1))
+  if scanned:
+    rows = rows + 100 * np.arange(3).reshape(3, 1, 1, 1)
   return {
       "decoder": {
           "layers_0": {
               "self_attention": {
-                  "cached_key": np.zeros(layers + (batch, 2, 5), np.float32),
-                  "cache_index": np.zeros(layers + (batch,), np.int32),
+                  "cached_key": np.broadcast_to(
+                      rows, layers + (batch, 2, 5)).astype(np.float32),
+                  "cache_index": np.broadcast_to(
+                      10 * np.arange(1, batch + 1, dtype=np.int32),
+                      layers + (batch,)).copy(),
               },
           },
           "relpos_bias": {"cached_bias": np.zeros((1, 2, 5, 5), np.float32)},
@@ -246,9 +257,21 @@ def test_cache_expansion(with_initial_index, scanned):
         (3,) if scanned else (), np.int32)
   kwargs = dict(initial_index=np.array([1, 1], np.int32)) if with_initial_index else {}
   inputs = np.array([[0, 6, 0, 0, 0], [0, 7, 0, 0, 0]], np.int32)
-  arithmetic_sample(inputs, cache, recording_model(record), EOS_ID, KEY,
-                    num_decodes=n, topk=0, cache_offset=1 if scanned else 0,
-                    **kwargs)
+  with jax.disable_jit():  # the model sees concrete caches: record values
+    arithmetic_sample(inputs, cache, recording_model(record), EOS_ID, KEY,
+                      num_decodes=n, topk=0, cache_offset=1 if scanned else 0,
+                      **kwargs)
+  # Batch-major (each row repeated N times, never the batch tiled).
+  values = record[2]["decoder"]["layers_0"]["self_attention"]
+  axis = 1 if scanned else 0
+  np.testing.assert_array_equal(
+      np.take(values["cached_key"], 0, axis=-1)[..., 0],
+      np.repeat(np.take(cache["decoder"]["layers_0"]["self_attention"][
+          "cached_key"], 0, axis=-1)[..., 0], n, axis=axis))
+  if with_initial_index:
+    np.testing.assert_array_equal(
+        values["cache_index"][0] if scanned else values["cache_index"],
+        [10, 10, 10, 20, 20, 20])
   shapes = record[0]["decoder"]
   lead = (3,) if scanned else ()
   assert shapes["layers_0"]["self_attention"]["cached_key"] == lead + (batch * n, 2, 5)
@@ -326,7 +349,7 @@ def test_max_decode_steps_hard_limit(run_mode):
   inputs = np.array([[0, 2, 0, 0, 0, 0, 0, 0], [0, 2, 2, 0, 0, 0, 0, 0]], np.int32)
   decodes, _ = run(run_mode, sample(model, decode_rng=KEY, topk=4,
                                     max_decode_steps_hard_limit=4),
-                   inputs, {}, max_decode_steps=10 if run_mode != "outer_jit" else 10)
+                   inputs, {}, max_decode_steps=10)
   np.testing.assert_array_equal(decodes[:, 0], [[2, 3, 3, 3, 3, 0, 0, 0],
                                                 [2, 2, 3, 3, 3, 3, 0, 0]])
 

@@ -13,15 +13,17 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from arithmetic_decoding import arithmetic_sample
 from arithmetic_decoding.models import EncoderDecoderModel, preset
 from arithmetic_decoding.sharding import (LOGICAL_AXIS_RULES, DecodeSetup,
                                           Method, make_sharded_decode,
                                           param_shardings)
 from arithmetic_decoding.topology import (available_topologies, load_topology,
                                           make_mesh)
+from helpers import teacher_forced_log_probs
 
-WORKER = pathlib.Path(__file__).with_name("multidevice_worker.py")
-ROOT = WORKER.parent.parent
+ROOT = pathlib.Path(__file__).parent.parent
+WORKER = ROOT / "scripts" / "multidevice_worker.py"
 DATA_MESHES = ("2x1", "4x1", "8x1")
 MODEL_MESHES = ("4x2", "2x4", "1x8")
 EOS = 1
@@ -61,21 +63,6 @@ def test_data_parallel_meshes_give_identical_samples(meshes, method):
     _close_log_probs(meshes[f"{method}/{shape}/scores"], ref_scores)
 
 
-def _teacher_forced_log_probs(tokens, encoder_tokens):
-  """Log-prob of each sequence [B, N, L] from one full pass (one device)."""
-  model = EncoderDecoderModel(preset("tiny"))
-  params = model.init(jax.random.PRNGKey(0))
-  b, n, length = tokens.shape
-  flat = jnp.asarray(tokens.reshape(b * n, length))
-  dec_in = jnp.pad(flat, ((0, 0), (1, 0)))[:, :-1]
-  logits = model.logits(params, jnp.repeat(jnp.asarray(encoder_tokens), n,
-                                            axis=0), dec_in)
-  lp = jnp.take_along_axis(jax.nn.log_softmax(logits), flat[:, :, None],
-                           axis=-1)[:, :, 0]
-  before_eos = (jnp.cumsum(flat == EOS, axis=1) - (flat == EOS)) == 0
-  return np.asarray(jnp.sum(jnp.where(before_eos, lp, 0.0), axis=1)).reshape(b, n)
-
-
 @pytest.mark.parametrize("method", ["arithmetic", "ancestral"])
 def test_model_parallel_samples_are_valid_and_match(meshes, method):
   ref = meshes[f"{method}/1x1/tokens"]
@@ -89,9 +76,11 @@ def test_model_parallel_samples_are_valid_and_match(meshes, method):
     assert tokens.min() >= 0 and tokens.max() < 64
     eos_seen = np.cumsum(tokens == EOS, axis=-1) - (tokens == EOS) > 0
     assert np.all(tokens[eos_seen] == 0)
-    np.testing.assert_allclose(
-        scores, _teacher_forced_log_probs(tokens, meshes["encoder_tokens"]),
-        rtol=1e-4, atol=1e-4)
+    model = EncoderDecoderModel(preset("tiny"))
+    expected = teacher_forced_log_probs(
+        model, model.init(jax.random.PRNGKey(0)), meshes["encoder_tokens"],
+        tokens, EOS)
+    np.testing.assert_allclose(scores, expected, rtol=1e-4, atol=1e-4)
 
 
 def test_model_parallel_beam_search_matches(meshes):
@@ -131,21 +120,26 @@ def _decode_loop(loops):
 
 @pytest.mark.parametrize("method", ["arithmetic", "ancestral"])
 def test_data_parallel_sampling_loop_has_no_collectives(hlo_report, method):
-  for loop in hlo_report[method]:
+  report = hlo_report[method]
+  for loop in report["loops"]:
     collectives = {k: v for k, v in loop.items() if k != "dots"}
     assert not collectives, f"{method} loop has collectives: {collectives}"
-  assert _decode_loop(hlo_report[method])["dots"] > 0
+  assert _decode_loop(report["loops"])["dots"] > 0
+  # Outside the loop only the results are gathered (decodes, log-probs,
+  # codes: sharded rows -> replicated outputs); the encoder, replicated on
+  # every device, gathers nothing.
+  assert set(report["outside"]) <= {"all-gather"}, report["outside"]
+  assert report["outside"].get("all-gather", 0) <= 3, report["outside"]
 
 
 def test_beam_search_and_plain_jit_loops_communicate(hlo_report):
-  beam = _decode_loop(hlo_report["beam"])
-  per_step = sum(v for k, v in beam.items() if k != "dots")
-  assert per_step > 0, f"beam loop collectives per step: {beam}"
+  beam = _decode_loop(hlo_report["beam"]["loops"])
+  assert sum(v for k, v in beam.items() if k.startswith("body:")) > 0, beam
+  assert sum(v for k, v in beam.items() if k.startswith("condition:")) > 0, beam
   # The same arithmetic loop under plain jit (no shard_map) all-reduces its
   # stopping test every step.
-  gspmd = _decode_loop(hlo_report["arithmetic_gspmd"])
+  gspmd = _decode_loop(hlo_report["arithmetic_gspmd"]["loops"])
   assert gspmd.get("condition:all-reduce", 0) >= 1, gspmd
-  print(f"collectives per step: beam {beam}, gspmd arithmetic {gspmd}")
 
 
 def test_two_processes_equal_one_process_with_eight_devices(tmp_path):
@@ -222,6 +216,26 @@ def test_parameter_shardings_follow_the_rules_table():
   assert shardings["decoder_0"]["mlp"]["wi_0"].spec == (
       jax.sharding.PartitionSpec(None, "model"))
   assert rules["batch"] == "data" and rules["heads"] == "model"
+
+
+def test_one_device_equals_arithmetic_sample_at_resolution_one_over_n():
+  """The sharded path is `arithmetic_sample` with code_resolution = 1/N."""
+  model = EncoderDecoderModel(preset("tiny"))
+  params = model.init(jax.random.PRNGKey(0))
+  tokens = jax.random.randint(jax.random.PRNGKey(1), (3, 6), 1, 64)
+  key, n, length = jax.random.PRNGKey(5), 4, 8
+  decode = make_sharded_decode(model, make_mesh(load_topology("v4-1x1x1")),
+                               DecodeSetup(num_decodes=n,
+                                           max_decode_len=length,
+                                           temperature=0.8))
+  sharded, sharded_scores = decode(params, tokens, key)
+  inputs, cache, step = model.decode_inputs(params, tokens, length, n)
+  plain, plain_scores = arithmetic_sample(inputs, cache, step, EOS, key,
+                                          num_decodes=n, topk=0,
+                                          temperature=0.8,
+                                          code_resolution=1.0 / n)
+  np.testing.assert_array_equal(sharded, plain)
+  np.testing.assert_allclose(sharded_scores, plain_scores, rtol=1e-6)
 
 
 def test_setup_and_call_validation():

@@ -29,16 +29,13 @@ K d_kv, F d_ff, V vocabulary.
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Optional
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from arithmetic_decoding.models.config import T5Config
-from arithmetic_decoding.protocol import expand_rows
 
-PyTree = Any
 # Logical axes of the decode cache's key/value arrays [B, T, H, K].
 CACHE_AXES = ("cache_batch", "cache_length", "cache_heads", "cache_kv")
 # Added to masked attention logits (finite, so a fully masked row stays NaN-free).
@@ -82,7 +79,7 @@ def _param(module: nn.Module, name: str, shape, axes, std: float, dtype):
                       dtype)
 
 
-def _constrain(x: jax.Array, axes) -> jax.Array:
+def constrain(x: jax.Array, axes) -> jax.Array:
   return nn.with_logical_constraint(x, axes)
 
 
@@ -154,7 +151,7 @@ class Attention(nn.Module):
     y = x.reshape(batch * length, d) @ kernel.astype(cfg.activation_dtype
                                                      ).reshape(d, -1)
     y = y.reshape(batch, length, cfg.num_heads, cfg.d_kv)
-    return _constrain(y, ("batch", "length", "heads", "kv"))
+    return constrain(y, ("batch", "length", "heads", "kv"))
 
   def project_kv(self, x):
     return self._project(x, self.key), self._project(x, self.value)
@@ -168,13 +165,13 @@ class Attention(nn.Module):
     weights = jax.nn.softmax(logits + bias.astype(jnp.float32), axis=-1)
     # [B, H, Tq, Tk] x [B, Tk, H, K] -> [B, Tq, H, K]
     mixed = jnp.einsum("bhqt,bthk->bqhk", weights.astype(dt), values)
-    mixed = _constrain(mixed, ("batch", "length", "heads", "kv"))
+    mixed = constrain(mixed, ("batch", "length", "heads", "kv"))
     batch, length = mixed.shape[:2]
     # [B*Tq, H*K] x [H*K, D] -> [B, Tq, D] (a 2-D matmul, as in _project).
     out = self.out.astype(dt)
     y = (mixed.reshape(batch * length, -1) @ out.reshape(-1, out.shape[-1])
          ).reshape(batch, length, -1)
-    return _constrain(y, ("batch", "length", "embed"))
+    return constrain(y, ("batch", "length", "embed"))
 
 
 class GatedGeluMlp(nn.Module):
@@ -194,9 +191,9 @@ class GatedGeluMlp(nn.Module):
                 cfg.parameter_dtype)
     # [B, T, D] -> [B, T, F]
     gate = jax.nn.gelu(x @ wi_0.astype(dt), approximate=True)
-    hidden = _constrain(gate * (x @ wi_1.astype(dt)), ("batch", "length", "mlp"))
+    hidden = constrain(gate * (x @ wi_1.astype(dt)), ("batch", "length", "mlp"))
     # [B, T, F] -> [B, T, D]
-    return _constrain(hidden @ wo.astype(dt), ("batch", "length", "embed"))
+    return constrain(hidden @ wo.astype(dt), ("batch", "length", "embed"))
 
 
 class EncoderLayer(nn.Module):
@@ -232,7 +229,7 @@ class DecoderLayer(nn.Module):
       where = write_at[:, :, None, None]
       keys = jnp.where(where, keys, cache["key"])
       values = jnp.where(where, values, cache["value"])
-      keys, values = _constrain(keys, CACHE_AXES), _constrain(values, CACHE_AXES)
+      keys, values = constrain(keys, CACHE_AXES), constrain(values, CACHE_AXES)
       new_cache = {"key": keys, "value": values}
     x = x + self_attention(h, keys, values, self_bias)
     h = RMSNorm(cfg, name="pre_cross_attention_norm")(x)
@@ -276,13 +273,13 @@ class T5(nn.Module):
     dt = self.config.activation_dtype
     # [B, T] -> [B, T, D]
     x = jnp.take(self.token_embedder, tokens, axis=0).astype(dt)
-    return _constrain(x, ("batch", "length", "embed"))
+    return constrain(x, ("batch", "length", "embed"))
 
   def _logits(self, x):
     dt = self.config.activation_dtype
     # [B, T, D] -> [B, T, V]
     logits = self.decoder_norm(x) @ self.logits_dense.astype(dt)
-    return _constrain(logits, ("batch", "length", "vocab"))
+    return constrain(logits, ("batch", "length", "vocab"))
 
   def encode(self, encoder_tokens):
     """int [B, S] (0 = padding) -> encoded [B, S, D]."""
@@ -313,10 +310,12 @@ class T5(nn.Module):
     return self._logits(x)
 
   def decode_step(self, encoded, encoder_mask, cur_token, cur_index, cache):
-    """One cached step: cur_token [B, 1] at positions cur_index [B].
+    """One cached step: cur_token [B, 1] at positions cur_index [B] (or one
+    position [] for all rows, as T5X's beam search passes it).
 
     Returns logits [B, V] for the next position and the updated cache.
     """
+    cur_index = jnp.broadcast_to(cur_index, cur_token.shape[:1])  # [B]
     length = cache["layer_0"]["key"].shape[1]
     slots = jnp.arange(length)
     write_at = slots[None, :] == cur_index[:, None]  # [B, Tcache]
@@ -335,89 +334,3 @@ class T5(nn.Module):
   def __call__(self, encoder_tokens, decoder_input_tokens):
     encoded = self.encode(encoder_tokens)
     return self.decode(encoded, encoder_tokens > 0, decoder_input_tokens)
-
-
-def init_cache(config: T5Config, batch: int, length: int) -> Dict[str, Any]:
-  """Zeros: {"layer_i": {"key", "value": [batch, length, H, K]}}."""
-  shape = (batch, length, config.num_heads, config.d_kv)
-  zeros = jnp.zeros(shape, config.activation_dtype)
-  return {f"layer_{i}": {"key": zeros, "value": zeros}
-          for i in range(config.num_decoder_layers)}
-
-
-class EncoderDecoderModel:
-  """Parameters, encoder and T5X-protocol decoding for one `T5Config`.
-
-  A functional wrapper: parameters are passed in, never stored, so every
-  method works inside `jax.jit` with sharded parameters.
-
-    model = EncoderDecoderModel(preset("tiny"))
-    params = model.init(jax.random.PRNGKey(0))
-    inputs, cache, tokens_to_logits = model.decode_inputs(
-        params, encoder_tokens, max_decode_len=16, num_decodes=4)
-    decodes, log_probs = arithmetic_sample(inputs, cache, tokens_to_logits,
-                                           eos_id=1, num_decodes=4, topk=0)
-
-  `decode_inputs` expands the encoded input N-fold, as T5X's
-  `EncoderDecoderModel.predict_batch_with_aux` does before it calls the
-  decode function (which expands `inputs` and `cache` itself).
-  """
-
-  def __init__(self, config: T5Config):
-    self.config = config
-    self.module = T5(config)
-
-  def init(self, rng: jax.Array) -> PyTree:
-    """Random parameters (their logical axes: `param_logical_axes`)."""
-    tokens = jnp.ones((1, 4), jnp.int32)
-    return nn.unbox(self.module.init(rng, tokens, tokens)["params"])
-
-  def param_logical_axes(self) -> PyTree:
-    """Logical axis names of the parameters (no arrays are allocated)."""
-    tokens = jnp.ones((1, 4), jnp.int32)
-    boxed = jax.eval_shape(
-        lambda: self.module.init(jax.random.PRNGKey(0), tokens, tokens)["params"])
-    return nn.get_partition_spec(boxed)
-
-  def abstract_params(self) -> PyTree:
-    """ShapeDtypeStructs of the parameters (for AOT compilation)."""
-    return jax.eval_shape(lambda: self.init(jax.random.PRNGKey(0)))
-
-  def encode(self, params, encoder_tokens):
-    """int [B, S] -> encoded [B, S, D]."""
-    return self.module.apply({"params": params}, encoder_tokens,
-                             method=T5.encode)
-
-  def logits(self, params, encoder_tokens, decoder_input_tokens):
-    """Teacher-forced logits [B, T, V]."""
-    return self.module.apply({"params": params}, encoder_tokens,
-                             decoder_input_tokens)
-
-  def tokens_to_logits_fn(self, params, encoded, encoder_mask):
-    """The T5X-protocol step function over rows of `encoded` [R, S, D]."""
-
-    def tokens_to_logits(state):
-      return self.module.apply({"params": params}, encoded, encoder_mask,
-                               state.cur_token, state.cur_index, state.cache,
-                               method=T5.decode_step)
-
-    return tokens_to_logits
-
-  def decode_inputs(self, params, encoder_tokens, max_decode_len: int,
-                    num_decodes: int = 1, encoded: Optional[jax.Array] = None):
-    """What a T5X decode function takes: (inputs, cache, tokens_to_logits).
-
-    `inputs` [B, max_decode_len] are zeros (no prompt); `cache` is for B rows
-    (the decode function expands it); tokens_to_logits works on B*N rows.
-    """
-    batch = encoder_tokens.shape[0]
-    if encoded is None:
-      encoded = self.encode(params, encoder_tokens)
-    # [B, S, D] -> [B*N, S, D]
-    encoded_x = _constrain(expand_rows(encoded, num_decodes),
-                           ("batch", "length", "embed"))
-    mask_x = _constrain(expand_rows(encoder_tokens > 0, num_decodes),
-                        ("batch", "length"))
-    inputs = jnp.zeros((batch, max_decode_len), jnp.int32)
-    cache = init_cache(self.config, batch, max_decode_len)
-    return inputs, cache, self.tokens_to_logits_fn(params, encoded_x, mask_x)

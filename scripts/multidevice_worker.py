@@ -1,13 +1,14 @@
 """Runs sharded decodes in a fresh process with emulated CPU devices.
 
-Multi-device JAX needs XLA_FLAGS before jax starts, so the tests launch this
-script as a subprocess:
+Multi-device JAX needs XLA_FLAGS before jax starts, so the tests and
+`scripts/sharding_report.py` launch this script as a subprocess:
 
-  python tests/multidevice_worker.py OUT.npz SCENARIO [PROCESS_ID PORT]
+  python scripts/multidevice_worker.py OUT.npz SCENARIO [PROCESS_ID PORT]
 
 Scenarios:
   meshes       every method on data-parallel and model-parallel meshes
-  hlo          collectives inside the compiled decode loops (JSON in OUT)
+  hlo          collectives inside and outside the compiled decode loops
+               (JSON in OUT)
   multihost    one of two processes (4 devices each) of the 2x2x2 topology
   singlehost   the same decode on one process with 8 devices
 """
@@ -88,9 +89,8 @@ _COLLECTIVE = re.compile(
     r"(-start)?\(")
 
 
-def loop_collectives(hlo: str):
-  """Collective ops inside each while loop (body and condition, with every
-  computation they call), from optimised HLO text."""
+def _computations(hlo: str):
+  """Optimised HLO text -> {computation name: its lines}."""
   bodies, name = {}, None
   for line in hlo.splitlines():
     head = re.match(r"^(?:ENTRY )?%?([\w.\-]+) .*\{\s*$", line)
@@ -99,42 +99,57 @@ def loop_collectives(hlo: str):
       bodies[name] = []
     elif name is not None:
       bodies[name].append(line)
+  return bodies
+
+
+def _reachable(bodies, root):
+  """`root` and every computation it calls, transitively."""
   callee = re.compile(
       r"(?:condition|body|to_apply|calls|branch_computations)=\{?%?([\w.\-]+)")
+  seen, stack = set(), [root]
+  while stack:
+    comp = stack.pop()
+    if comp in seen or comp not in bodies:
+      continue
+    seen.add(comp)
+    for line in bodies[comp]:
+      stack.extend(m.group(1) for m in callee.finditer(line))
+      for extra in re.findall(r"branch_computations=\{([^}]*)\}", line):
+        stack.extend(x.strip().lstrip("%") for x in extra.split(","))
+  return seen
 
-  def reachable(root):
-    seen, stack = set(), [root]
-    while stack:
-      comp = stack.pop()
-      if comp in seen or comp not in bodies:
-        continue
-      seen.add(comp)
-      for line in bodies[comp]:
-        for match in callee.finditer(line):
-          stack.append(match.group(1))
-        for extra in re.findall(r"branch_computations=\{([^}]*)\}", line):
-          stack.extend(x.strip().lstrip("%") for x in extra.split(","))
-    return seen
 
-  loops = []
-  for comp, lines in bodies.items():
+def _count(bodies, computations, prefix, counts):
+  for c in computations:
+    for line in bodies[c]:
+      m = _COLLECTIVE.search(line)
+      if m:
+        key = f"{prefix}{m.group(1)}"
+        counts[key] = counts.get(key, 0) + 1
+  return counts
+
+
+def collectives(hlo: str):
+  """Collective ops per while loop (body and condition, with everything
+  they call; "dots" counts the loop's matmuls, so the decode loop is the
+  one with the model) and in the rest of the program ("outside")."""
+  bodies = _computations(hlo)
+  loops, in_loops = [], set()
+  for lines in list(bodies.values()):
     for line in lines:
       if " while(" not in line:
         continue
-      cond = re.search(r"condition=%?([\w.\-]+)", line).group(1)
-      body = re.search(r"body=%?([\w.\-]+)", line).group(1)
-      # The decode loop is the one that runs the model: count its matmuls.
-      counts = {"dots": sum(1 for c in reachable(body) for l in bodies[c]
+      cond = _reachable(bodies, re.search(r"condition=%?([\w.\-]+)",
+                                          line).group(1))
+      body = _reachable(bodies, re.search(r"body=%?([\w.\-]+)",
+                                          line).group(1))
+      in_loops |= cond | body
+      counts = {"dots": sum(1 for c in body for l in bodies[c]
                             if re.search(r"\b(dot|convolution)\(", l))}
-      for part, root in (("body", body), ("condition", cond)):
-        for c in reachable(root):
-          for l in bodies[c]:
-            m = _COLLECTIVE.search(l)
-            if m:
-              key = f"{part}:{m.group(1)}"
-              counts[key] = counts.get(key, 0) + 1
-      loops.append(counts)
-  return loops
+      _count(bodies, body, "body:", counts)
+      loops.append(_count(bodies, cond, "condition:", counts))
+  outside = _count(bodies, set(bodies) - in_loops, "", {})
+  return {"loops": loops, "outside": outside}
 
 
 def run_hlo():
@@ -144,7 +159,7 @@ def run_hlo():
   for method in Method:
     fn, args = decode(mesh, method, params, tokens, key)
     hlo = fn.lower(*args).compile().as_text()
-    report[method.value] = loop_collectives(hlo)
+    report[method.value] = collectives(hlo)
   # For contrast: the same arithmetic loop under plain jit (GSPMD), rows
   # sharded over data: its global stopping test is an all-reduce per step.
   from arithmetic_decoding import arithmetic_sample
@@ -160,7 +175,7 @@ def run_hlo():
                                         replicated, replicated))
   hlo = jitted.lower(shard_params(params, MODEL, mesh), tokens,
                      key).compile().as_text()
-  report["arithmetic_gspmd"] = loop_collectives(hlo)
+  report["arithmetic_gspmd"] = collectives(hlo)
   with open(OUT, "w") as f:
     json.dump(report, f)
 

@@ -12,7 +12,7 @@ number of distinct samples. Then it estimates a model expectation (the mean
 length of a decoded sequence) many times with each method and compares the
 spread of the estimates with the exact value from enumeration.
 
-  python -m arithmetic_decoding.demo [--num_decodes 8] [--temperature 1.0]
+  python -m arithmetic_decoding.cli.demo [--num_decodes 8] [--temperature 1.0]
                                     [--preset tiny]
 """
 
@@ -31,6 +31,7 @@ from tqdm import tqdm
 
 from arithmetic_decoding import CodeScheme, ancestral_sample, arithmetic_sample
 from arithmetic_decoding.beam_search import beam_search
+from arithmetic_decoding.testing import enumerate_sequences
 from arithmetic_decoding.toy import EOS_ID, ToyLanguageModel
 
 WORDS = ["<pad>", "</s>", "le", "chat", "dort", "sur", "un", "tapis"]
@@ -171,7 +172,7 @@ def main(argv=None) -> int:
 
   # Estimating E[decoded length] with N samples, many times over.
   exact = sum(p * decoded_length(np.array(s)) for s, p in
-              MODEL.enumerate_sequences(0, LENGTH, temperature=args.temperature))
+              enumerate_sequences(MODEL, 0, LENGTH, temperature=args.temperature))
   reps = args.repetitions
   report = {"num_decodes": n, "temperature": args.temperature, "exact": float(exact),
             "encoder_decoder": model_report}

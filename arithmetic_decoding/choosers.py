@@ -1,0 +1,253 @@
+"""How one decode step picks each row's token: small strategy objects.
+
+The decode loop (`loop.py`) is the same for every method; what differs is
+how a token is drawn from the step's logits. Each way is a frozen dataclass
+(hashable, so it is part of the compiled program's static configuration)
+with one method,
+
+  choose(raw [R, V] float32, state, step, dist) -> Choice,
+
+in the style of gemma's `SamplingMethod`:
+
+  Arithmetic    decode the token from the row's residual code (the method)
+  Ancestral     draw it with `jax.random.categorical` from a per-row key
+  TeacherForced force a given token and move the row's code interval to it
+                (`arithmetic_encode`: the inverse of `Arithmetic`)
+  Greedy        the argmax of the raw logits
+
+`choose` is the sampling branch. At temperature <= 1e-4 every method is
+greedy (T5X's rule): `choose_token` then runs `Greedy` and lets the method
+adapt its result (`from_greedy`: pass-through for the samplers; the forced
+token and a width of 1 or 0 for `TeacherForced`).
+
+Shapes: R rows (= B*N), V vocabulary, L sequence length.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional, Union
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from arithmetic_decoding.categorical import (CODE_RESOLUTION, arithmetic_step,
+                                             refresh_residual, token_interval)
+from arithmetic_decoding.protocol import SamplingLoopState
+from arithmetic_decoding.transforms import MIN_TEMPERATURE, scale, truncate
+
+
+@dataclasses.dataclass(frozen=True)
+class Distribution:
+  """The step's distribution: temperature, then top-k, then top-p.
+
+  Attributes:
+    temperature: float32 [] or [R].
+    topk: a Python int (static; 0 = off) or an int32 [] array (traced).
+    topp: a Python float (static; 0.0 = off) or a float32 [] array (traced).
+  """
+
+  temperature: jax.Array
+  topk: Union[int, jax.Array]
+  topp: Union[float, jax.Array]
+
+  def transform(self, raw: jax.Array) -> jax.Array:
+    """[R, V] float32 logits -> scaled, top-k/top-p-masked (-inf) logits."""
+    temperature = jnp.broadcast_to(self.temperature, raw.shape[:1])  # [R]
+    return truncate(scale(raw, temperature), self.topk, self.topp)
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+  """Per-step inputs a chooser may need.
+
+  Attributes:
+    key: the step's PRNG key (the same for all rows).
+    row_ids: int32 [R]; each row's global index b*N + j (`row_keys`).
+    position: int32 [R]; the output position being written.
+    targets: int32 [R, L] tokens to force (`TeacherForced` only), else None.
+  """
+
+  key: jax.Array
+  row_ids: jax.Array
+  position: jax.Array
+  targets: Optional[jax.Array] = None
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Choice:
+  """A chooser's result for one step; the code fields update the loop state.
+
+  Attributes:
+    token: int32 [R]; the chosen token (-1 where `valid` is False).
+    log_prob: float32 [R]; its log-probability under the step's distribution.
+    valid: bool [R]; False where the logits admit no sample (NaN/+inf, or no
+      finite logit).
+    codes: float32 [R]; `SamplingLoopState.codes` after this step.
+    code_log_width: float32 [R]; `SamplingLoopState.code_log_width` after.
+    interval_low: float32 [R]; `SamplingLoopState.interval_low` after.
+  """
+
+  token: jax.Array
+  log_prob: jax.Array
+  valid: jax.Array
+  codes: jax.Array
+  code_log_width: jax.Array
+  interval_low: jax.Array
+
+  @classmethod
+  def keeping_codes(cls, state: SamplingLoopState, token, log_prob,
+                    valid) -> "Choice":
+    """A choice that leaves the state's code fields as they are."""
+    return cls(token, log_prob, valid, state.codes, state.code_log_width,
+               state.interval_low)
+
+
+def row_keys(key: jax.Array, row_ids: jax.Array) -> jax.Array:
+  """One PRNG key per row: fold_in(key, global row index).
+
+  A row's randomness then depends on its global index only, never on how
+  the rows are batched or sharded (as in levanter's engine).
+  """
+  # [] key, [R] -> [R] keys
+  return jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, row_ids)
+
+
+def row_uniform(key: jax.Array, row_ids: jax.Array) -> jax.Array:
+  """float32 [R] uniform in [0, 1), one per row (see `row_keys`)."""
+  return jax.vmap(lambda k: jax.random.uniform(k, (), jnp.float32))(
+      row_keys(key, row_ids))
+
+
+class Chooser:
+  """Base of the strategies: `choose` (sampling) and `from_greedy`."""
+
+  def choose(self, raw: jax.Array, state: SamplingLoopState, step: Step,
+             dist: Distribution) -> Choice:
+    raise NotImplementedError
+
+  def from_greedy(self, greedy: Choice, state: SamplingLoopState,
+                  step: Step) -> Choice:
+    """This method's choice at temperature <= 1e-4, given Greedy's."""
+    del state, step
+    return greedy
+
+
+@dataclasses.dataclass(frozen=True)
+class Greedy(Chooser):
+  """The argmax of the raw logits; it owns all of [0, 1), so codes pass."""
+
+  def choose(self, raw, state, step, dist):
+    del step, dist
+    token = jnp.argmax(raw, axis=-1).astype(jnp.int32)  # [R, V] -> [R]
+    valid = jnp.isfinite(jnp.max(raw, axis=-1))
+    return Choice.keeping_codes(state, token, jnp.zeros_like(state.log_prob),
+                                valid)
+
+
+@dataclasses.dataclass(frozen=True)
+class Arithmetic(Chooser):
+  """Decodes each row's token from its residual code (`categorical`).
+
+  Attributes:
+    code_resolution: how deep a code decides its sample. Once the tokens
+      decoded from a code have probability below it, the code is spent and
+      the row continues from a fresh uniform drawn from its own key (exact in
+      distribution: the unused part of a uniform code is itself uniform and
+      independent of the tokens so far). 2**-22 (default) is float32's
+      limit. Larger values make samples robust to tiny differences in the
+      logits (a difference d moves a code's sample once its prefix has
+      probability ~d), e.g. across compilers and shardings; 1/N keeps the
+      lattice's stratification, since below that width no two of an
+      input's N lattice codes share an interval.
+  """
+
+  code_resolution: float = CODE_RESOLUTION
+
+  def choose(self, raw, state, step, dist):
+    # [R, V] -> [R]
+    decoded = arithmetic_step(dist.transform(raw), state.codes)
+    fresh = row_uniform(step.key, step.row_ids)
+    residual = refresh_residual(decoded.residual, decoded.log_prob, fresh)
+    log_width = state.code_log_width + decoded.log_prob
+    # A spent code is replaced by the row's fresh uniform.
+    spent = log_width < jnp.log(jnp.float32(self.code_resolution))
+    return Choice(decoded.token, decoded.log_prob, decoded.valid,
+                  codes=jnp.where(spent, fresh, residual),
+                  code_log_width=jnp.where(spent, 0.0, log_width),
+                  interval_low=state.interval_low)
+
+
+@dataclasses.dataclass(frozen=True)
+class Ancestral(Chooser):
+  """Ordinary ancestral sampling: each row draws from its own key."""
+
+  def choose(self, raw, state, step, dist):
+    x = dist.transform(raw)  # [R, V]
+    # NaN anywhere, +inf, or nothing finite: no distribution to draw from.
+    valid = jnp.isfinite(jnp.max(x, axis=-1)) & ~jnp.any(jnp.isnan(x), axis=-1)
+    safe = jnp.where(valid[:, None], x, 0.0)
+    # [R] keys, [R, V] -> [R]
+    token = jax.vmap(jax.random.categorical)(
+        row_keys(step.key, step.row_ids), safe).astype(jnp.int32)
+    log_probs = jax.nn.log_softmax(safe, axis=-1)
+    log_prob = jnp.take_along_axis(log_probs, token[:, None], axis=-1)[:, 0]
+    return Choice.keeping_codes(state, jnp.where(valid, token, -1),
+                                jnp.where(valid, log_prob, jnp.nan), valid)
+
+
+@dataclasses.dataclass(frozen=True)
+class TeacherForced(Chooser):
+  """Forces `step.targets` and narrows each row's code interval to them.
+
+  The prefix's interval [low, low + W), W = exp(log-prob of the prefix),
+  narrows to [low + W * token_low, ...) where token_low is the forced
+  token's lower end in its own codebook (`categorical.token_interval`).
+  """
+
+  def target(self, step: Step) -> jax.Array:
+    """[R, L] at each row's position -> [R] (clamped for the spare slot)."""
+    length = step.targets.shape[1]
+    at = (jnp.arange(length, dtype=jnp.int32)[None, :] ==
+          jnp.minimum(step.position, length - 1)[:, None])  # [R, L]
+    return jnp.sum(jnp.where(at, step.targets, 0), axis=1)
+
+  def choose(self, raw, state, step, dist):
+    target = self.target(step)
+    interval = token_interval(dist.transform(raw), target)
+    return Choice(target, interval.log_prob, interval.valid, state.codes,
+                  state.code_log_width,
+                  interval_low=(state.interval_low +
+                                jnp.exp(state.log_prob) * interval.low))
+
+  def from_greedy(self, greedy, state, step):
+    # The argmax owns all of [0, 1) (width 1, low unchanged), others nothing.
+    target = self.target(step)
+    log_prob = jnp.where(target == greedy.token, 0.0, -jnp.inf)
+    return dataclasses.replace(greedy, token=target,
+                               log_prob=log_prob.astype(jnp.float32))
+
+
+def choose_token(chooser: Chooser, raw: jax.Array, state: SamplingLoopState,
+                 step: Step, dist: Distribution,
+                 per_row_temperature: bool) -> Choice:
+  """`chooser`'s choice, or its greedy form where temperature <= 1e-4.
+
+  A scalar temperature runs one branch (`lax.cond`, as T5X does); a per-row
+  temperature computes both and selects per row.
+  """
+
+  def sample():
+    return chooser.choose(raw, state, step, dist)
+
+  def greedy():
+    return chooser.from_greedy(Greedy().choose(raw, state, step, dist), state,
+                               step)
+
+  if not per_row_temperature:
+    return lax.cond(dist.temperature > MIN_TEMPERATURE, sample, greedy)
+  is_greedy = dist.temperature <= MIN_TEMPERATURE  # [R]
+  return jax.tree_util.tree_map(lambda g, s: jnp.where(is_greedy, g, s),
+                                greedy(), sample())

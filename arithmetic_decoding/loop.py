@@ -1,0 +1,214 @@
+"""T5X's sampling loop, step for step, with a pluggable token chooser.
+
+The same teacher forcing of prompt tokens, the same end-of-sequence rule (a
+row ends when its count of `eos_id` rises above the count in its prompt, or
+at its length limit), the same padding after EOS, the same log-probability
+accounting and callbacks as T5X's `temperature_sample`. What a step draws is
+the chooser's business (`choosers`): arithmetic sampling decodes the token
+from the row's code, ancestral sampling from a key, encoding forces a given
+sequence.
+
+Everything here is flat: R rows (R = B*N, batch-major; row b*N + j is
+sample j of input b), L positions.
+
+Example 2 of T5X's docstring (early stop; a..g are decoded tokens, EOS = 1):
+
+  inputs           [[0, 5, 1, 0, 0, 0, 0],      # prompt "5 1", then decode
+                    [0, 8, 0, 0, 0, 0, 0]]
+  sequences (loop) [[0, 5, 1, a, b, c=1, 0, 0, _],
+                    [0, 8, d, e, f=1, 0, 0, 0, _]]
+  decodes          [[5, 1, a, b, 1, 0, 0],
+                    [8, d, e, 1, 0, 0, 0]]
+
+The prompt's own EOS does not end row 0 (it was already counted); the first
+*decoded* EOS does, and everything after it is padding 0.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Optional, Tuple, Union
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from arithmetic_decoding.choosers import (Arithmetic, Chooser, Distribution,
+                                          Step, choose_token)
+from arithmetic_decoding.codes import CodeScheme
+from arithmetic_decoding.protocol import (SPARE_SLOTS, DecodingState,
+                                          SamplingLoopState, call_model,
+                                          decoding_state)
+
+PyTree = Any
+TokensToLogits = Callable[[DecodingState], Tuple[jax.Array, PyTree]]
+StateCallbackFn = Callable[[SamplingLoopState], SamplingLoopState]
+LogitCallbackFn = Callable[[jax.Array, SamplingLoopState], jax.Array]
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeOptions:
+  """Static configuration of one decode. Every field is a recompile trigger.
+
+  Attributes:
+    eos_id: end-of-sequence token id.
+    num_decodes: samples per input, N.
+    chooser: how each token is picked (`choosers.Arithmetic`, `Ancestral`,
+      `TeacherForced`).
+    cache_offset: axis of the batch in cache arrays (1 for scanned layers).
+    rescale_log_probs: report log-probs under the temperature/top-k/top-p
+      transform (True) or under the raw logits (False).
+    topk: the top-k cut when known at trace time (0 = off); None when topk is
+      a traced array passed alongside.
+    topp: likewise for top-p (0.0 = off; None = traced).
+    per_row_temperature: temperature is a [batch] array (each row may be
+      greedy or not); otherwise one scalar for all rows.
+    expand_cache_index: decoding starts from `initial_index`, so the cache's
+      `cache_index` entries are per-row and get expanded.
+    code_scheme: how codes are made when none are given (used only by
+      choosers that decode codes).
+  """
+
+  eos_id: int
+  num_decodes: int
+  chooser: Chooser = Arithmetic()
+  cache_offset: int = 0
+  rescale_log_probs: bool = True
+  topk: Optional[int] = 0
+  topp: Optional[float] = 0.0
+  per_row_temperature: bool = False
+  expand_cache_index: bool = False
+  code_scheme: CodeScheme = CodeScheme.SHIFTED_LATTICE
+
+  def distribution(self, temperature: jax.Array,
+                   topk: Optional[jax.Array] = None,
+                   topp: Optional[jax.Array] = None) -> Distribution:
+    """The step distribution: static top-k/top-p, or the traced ones given."""
+    return Distribution(temperature,
+                        self.topk if self.topk is not None else topk,
+                        self.topp if self.topp is not None else topp)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelFns:
+  """The model side of a decode (static: compiled in, keyed by identity).
+
+  Attributes:
+    tokens_to_logits: (DecodingState) -> (logits [R, V], new cache).
+    state_callback_fn: (SamplingLoopState) -> SamplingLoopState, run at the
+      start of every step and once after the loop, or None.
+    logit_callback_fn: (logits [R, V], SamplingLoopState) -> logits, or None.
+  """
+
+  tokens_to_logits: TokensToLogits
+  state_callback_fn: Optional[StateCallbackFn] = None
+  logit_callback_fn: Optional[LogitCallbackFn] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopInputs:
+  """What each step needs besides the state (arrays; built inside a trace).
+
+  Attributes:
+    dist: the step distribution (temperature [] or [R], top-k, top-p).
+    row_ids: int32 [R]; each row's global index (per-row randomness).
+    max_decode_len: int32 [] or [R]; each row's length limit.
+    targets: int32 [R, L]; sequences to force (encoding), else None.
+  """
+
+  dist: Distribution
+  row_ids: jax.Array
+  max_decode_len: Union[jax.Array, int]
+  targets: Optional[jax.Array] = None
+
+
+def initial_state(inputs: jax.Array, cache: PyTree,
+                  initial_index: Optional[jax.Array], rng: jax.Array,
+                  codes: jax.Array) -> SamplingLoopState:
+  """The loop state before the first step; inputs [R, L], codes [R]."""
+  rows = inputs.shape[0]
+  # [R, L] -> [R, L + SPARE_SLOTS]
+  sequences = jnp.pad(inputs, ((0, 0), (0, SPARE_SLOTS)))
+  if initial_index is None:
+    cur_index = jnp.zeros((rows,), jnp.int32)
+    cur_token = jnp.zeros((rows, 1), jnp.int32)
+  else:
+    cur_index = initial_index
+    # [R, L + 2] -> [R, 1]: the prompt token at the initial index.
+    cur_token = jnp.take_along_axis(sequences, cur_index[:, None], axis=1)
+  zeros = jnp.zeros((rows,), jnp.float32)
+  return SamplingLoopState(
+      step=jnp.zeros((), jnp.int32), cur_index=cur_index, sequences=sequences,
+      cache=cache, cur_token=cur_token, ended=jnp.zeros((rows, 1), bool),
+      rng=rng, log_prob=zeros, codes=codes, code_log_width=zeros,
+      interval_low=zeros)
+
+
+def raw_log_prob(raw: jax.Array, token: jax.Array) -> jax.Array:
+  """log-softmax of the untransformed logits [R, V] at `token` [R]."""
+  picked = jnp.take_along_axis(raw, jnp.maximum(token, 0)[:, None], axis=-1)
+  return picked[:, 0] - jax.nn.logsumexp(raw, axis=-1)
+
+
+def run_loop(state: SamplingLoopState, inputs: LoopInputs, fns: ModelFns,
+             options: DecodeOptions) -> SamplingLoopState:
+  """Steps every row until all have ended; returns the final state."""
+  width = state.sequences.shape[1]
+  slots = jnp.arange(width, dtype=jnp.int32)[None, :]  # [1, L + 2]
+  # [R]: EOS already in the prompt does not end a row.
+  initial_eos_count = jnp.sum(state.sequences == options.eos_id, axis=1)
+
+  def cond_fn(state: SamplingLoopState) -> jax.Array:
+    return ~jnp.all(state.ended)
+
+  def body_fn(state: SamplingLoopState) -> SamplingLoopState:
+    if fns.state_callback_fn is not None:
+      state = fns.state_callback_fn(state)
+    step_rng, next_rng = jax.random.split(state.rng)
+    logits, cache = call_model(fns.tokens_to_logits, decoding_state(state))
+    if fns.logit_callback_fn is not None:
+      logits = fns.logit_callback_fn(logits, state)
+    if isinstance(options.topk, int) and options.topk > logits.shape[-1]:
+      raise ValueError(f"topk must be <= the vocabulary size "
+                       f"{logits.shape[-1]}; got {options.topk}.")
+
+    # A row past its limit keeps writing into the last spare slot.
+    i = jnp.minimum(state.cur_index, inputs.max_decode_len)  # [R]
+    at_next = slots == (i + 1)[:, None]  # [R, L + 2]
+    # [R, L + 2] -> [R]: the prompt token to force, or 0 past the prompt.
+    prompt_token = jnp.sum(jnp.where(at_next, state.sequences, 0), axis=1)
+    in_prompt = prompt_token != 0
+    ended = state.ended[:, 0]
+    active = ~in_prompt & ~ended  # [R]: rows that draw a token now
+
+    raw = logits.astype(jnp.float32)  # [R, V], whatever the model's dtype
+    choice = choose_token(
+        options.chooser, raw, state,
+        Step(step_rng, inputs.row_ids, i, inputs.targets), inputs.dist,
+        options.per_row_temperature)
+    choice_log_prob = (choice.log_prob if options.rescale_log_probs else
+                       raw_log_prob(raw, choice.token))
+    token = jnp.where(in_prompt, prompt_token, choice.token)
+    failed = active & ~choice.valid
+    log_prob = state.log_prob + jnp.where(active, choice_log_prob, 0.0)
+    keep = lambda new, old: jnp.where(active, new, old)
+
+    written = jnp.where(ended | failed, 0, token).astype(jnp.int32)  # [R]
+    sequences = jnp.where(at_next, written[:, None], state.sequences)
+    # Counted over the whole row, as T5X does: a state callback may write EOS
+    # anywhere (T5X's own example appends one after a given token).
+    eos_count = jnp.sum(sequences == options.eos_id, axis=1)  # [R]
+    now_ended = (ended | (eos_count > initial_eos_count) |
+                 (i >= inputs.max_decode_len - 1) | failed)
+    return SamplingLoopState(
+        step=state.step + 1, cur_index=i + 1, sequences=sequences,
+        cache=cache, cur_token=written[:, None], ended=now_ended[:, None],
+        rng=next_rng, log_prob=jnp.where(failed, jnp.nan, log_prob),
+        codes=keep(choice.codes, state.codes),
+        code_log_width=keep(choice.code_log_width, state.code_log_width),
+        interval_low=keep(choice.interval_low, state.interval_low))
+
+  final = lax.while_loop(cond_fn, body_fn, state)
+  if fns.state_callback_fn is not None:
+    final = fns.state_callback_fn(final)
+  return final
