@@ -129,6 +129,51 @@ def test_chosen_token_is_possible_and_holds_the_code(seed, vocab, dtype,
   assert np.all(error[shown] <= 1e-5 + 3e-7 / width[shown])
 
 
+@jax.jit
+def _full_codebook_step(x, codes):
+  """The rule on the full codebook (`code_space`: [B, V] lower ends), as
+  the step was computed before its two-level form: the reference."""
+  from arithmetic_decoding.categorical import code_space
+  x = x.astype(jnp.float32)
+  space = code_space(x)
+  u = (codes * space.total)[:, None]
+  live = space.weight > 0.0
+  owned = live & (space.lower <= u)
+  index = jnp.arange(x.shape[-1], dtype=jnp.int32)[None, :]
+  token = jnp.max(jnp.where(owned, index, -1), axis=-1)
+  low = jnp.max(jnp.where(owned, space.lower, 0.0), axis=-1)
+  high = jnp.min(jnp.where(live & (space.lower > u), space.lower,
+                           space.total[:, None]), axis=-1)
+  residual = jnp.clip((u[:, 0] - low) / jnp.maximum(
+      high - low, jnp.finfo(jnp.float32).tiny), 0.0, ONE_BELOW)
+  x_token = jnp.sum(jnp.where(index == token[:, None], x, 0.0), axis=-1)
+  return token, residual, x_token - space.log_norm
+
+
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    vocab=st.sampled_from(VOCABS),
+    dtype=st.sampled_from([jnp.float32, jnp.bfloat16]),
+    neg_inf_fraction=st.sampled_from([0.0, 0.3, 0.9, 0.999]),
+    tie_fraction=st.sampled_from([0.0, 0.5]),
+    scale=st.sampled_from([0.01, 1.0, 10.0, 60.0]),
+    codes=st.lists(st.one_of(st.just(0.0), st.just(ONE_BELOW),
+                             st.floats(0.0, ONE_BELOW, width=32)),
+                   min_size=BATCH, max_size=BATCH),
+)
+def test_two_level_step_equals_the_full_codebook_bitwise(
+    seed, vocab, dtype, neg_inf_fraction, tie_fraction, scale, codes):
+  from arithmetic_decoding.categorical import arithmetic_step
+  logits = random_logits(seed, vocab, dtype, neg_inf_fraction, tie_fraction,
+                         scale)
+  codes = jnp.asarray(codes, jnp.float32)
+  fast = jax.jit(arithmetic_step)(logits, codes)
+  token, residual, log_prob = _full_codebook_step(logits, codes)
+  np.testing.assert_array_equal(fast.token, token)
+  np.testing.assert_array_equal(fast.residual, residual)
+  np.testing.assert_array_equal(fast.log_prob, log_prob)
+
+
 def test_refresh_spreads_only_the_unresolved_part():
   from arithmetic_decoding.categorical import CODE_RESOLUTION, refresh_residual
   residual = jnp.full((1000,), 0.25)

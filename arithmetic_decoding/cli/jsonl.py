@@ -19,21 +19,38 @@ from typing import Any, Callable, Dict, Hashable, Optional
 
 def load(path: Optional[str], key: Callable[[dict], Hashable]
          ) -> Dict[Hashable, Any]:
-  """The records already in `path` (none if it is None or missing), by key."""
+  """The records already in `path` (none if it is None or missing), by key.
+
+  A last line cut short by a kill mid-write is ignored (its run is redone);
+  a bad line anywhere else is an error.
+  """
   done = {}
   if path and os.path.exists(path):
     with open(path) as f:
-      for line in f:
-        if line.strip():
-          record = json.loads(line)
-          done[key(record)] = record
+      lines = [line for line in f if line.strip()]
+    for i, line in enumerate(lines):
+      try:
+        record = json.loads(line)
+      except json.JSONDecodeError:
+        if i == len(lines) - 1 and not line.endswith("\n"):
+          break
+        raise
+      done[key(record)] = record
   return done
 
 
 def append(path: Optional[str], record: dict) -> None:
-  """Appends `record` as one line (nothing if path is None)."""
+  """Appends `record` as one line (nothing if path is None), first cutting
+  off a torn last line left by a kill mid-write."""
   if not path:
     return
   os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+  if os.path.exists(path):
+    with open(path, "rb+") as f:
+      data = f.read()
+      if data and not data.endswith(b"\n"):
+        f.truncate(data.rfind(b"\n") + 1)
   with open(path, "a") as f:
     f.write(json.dumps(record) + "\n")
+    f.flush()
+    os.fsync(f.fileno())
