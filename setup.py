@@ -19,7 +19,8 @@ setuptools.setup(
     # The topology files live at the top of the repository (tpu_configs/);
     # installed, they sit inside the package (topology.py looks in both).
     package_dir={"arithmetic_decoding.tpu_configs": "tpu_configs"},
-    package_data={"arithmetic_decoding.tpu_configs": ["*.toml"]},
+    package_data={"arithmetic_decoding.tpu_configs": ["*.toml"],
+                  "arithmetic_decoding": ["assets/*/*"]},
     install_requires=[
         "jax>=0.7",
         "numpy>=1.24",
@@ -31,7 +32,15 @@ setuptools.setup(
         # The encoder-decoder (arithmetic_decoding.models) and sharded
         # decoding (arithmetic_decoding.sharding) are written in Flax.
         "models": ["flax>=0.10"],
-        "demo": ["tqdm>=4.60", "flax>=0.10"],
+        # The embedded English->French model: tokenizer, BLEU, training.
+        "translation": ["flax>=0.10", "sentencepiece>=0.2", "sacrebleu>=2.4",
+                        "tqdm>=4.60"],
+        "train": ["flax>=0.10", "sentencepiece>=0.2", "sacrebleu>=2.4",
+                  "tqdm>=4.60", "optax>=0.2"],
+        "experiments": ["flax>=0.10", "sentencepiece>=0.2", "sacrebleu>=2.4",
+                        "tqdm>=4.60", "matplotlib>=3.7"],
+        "demo": ["tqdm>=4.60", "flax>=0.10", "sentencepiece>=0.2",
+                 "sacrebleu>=2.4"],
         "bench": ["tqdm>=4.60", "flax>=0.10"],
         "test": [
             "pytest>=7",
@@ -40,6 +49,10 @@ setuptools.setup(
             "flax>=0.10",
             "gin-config>=0.5",
             "tqdm>=4.60",
+            "sentencepiece>=0.2",
+            "sacrebleu>=2.4",
+            "optax>=0.2",
+            "matplotlib>=3.7",
         ],
     },
 )

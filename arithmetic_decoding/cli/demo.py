@@ -1,38 +1,42 @@
-"""`make demo`: arithmetic sampling vs ancestral sampling vs beam search.
+"""`make demo`: English->French translations, arithmetic vs ancestral vs beam.
 
-Part 1 decodes with the T5.1.1 / mT5 encoder-decoder (`--preset`, random
-weights until a trained checkpoint is embedded): for eight inputs, N samples
-from each method, with their distinct counts and timings (after compiling).
+Part 1 uses the embedded trained model (`translation`, a T5.1.1
+encoder-decoder trained on the public-domain Bible corpus). For a few
+held-out verses (or your own sentences: `--text "..."`, or lines on stdin
+with `--text -`) it prints the English source, the two French references,
+N arithmetic and N ancestral samples with their log-probs, the distinct
+count, sentence BLEU and n-gram diversity of each set, then beam search's
+best translations.
 
-Part 2 uses the embedded toy model, whose sequences can be enumerated. For a
-few prompts, decodes N samples with arithmetic sampling (codes on a
-randomly shifted lattice) and N ancestral samples (independent codes, which is
-ordinary ancestral sampling), and prints them with their log-probs and the
-number of distinct samples. Then it estimates a model expectation (the mean
-length of a decoded sequence) many times with each method and compares the
-spread of the estimates with the exact value from enumeration.
+Part 2 uses the toy model, whose sequences can be enumerated: it estimates
+a model expectation (the mean length of a decoded sequence) many times from
+N samples with each method and compares the spread of the estimates with
+the exact value.
 
-  python -m arithmetic_decoding.cli.demo [--num_decodes 8] [--temperature 1.0]
-                                    [--preset tiny]
+  python -m arithmetic_decoding.cli.demo [--num_decodes 8] [--temperature 0.5]
+      [--verses 4] [--text "The Lord is my shepherd."]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from tqdm import tqdm
 
-from arithmetic_decoding import CodeScheme, ancestral_sample, arithmetic_sample
-from arithmetic_decoding.beam_search import beam_search
+from arithmetic_decoding import CodeScheme, arithmetic_sample
+from arithmetic_decoding.metrics import ngram_diversity, sentence_bleu
 from arithmetic_decoding.testing import enumerate_sequences
 from arithmetic_decoding.toy import EOS_ID, ToyLanguageModel
+from arithmetic_decoding.translation.data import load_split
+from arithmetic_decoding.translation.translate import Translator
+
+# Held-out test verses shown by default (indices into the test split).
+DEMO_VERSES = (0, 90, 250, 300)
 
 WORDS = ["<pad>", "</s>", "le", "chat", "dort", "sur", "un", "tapis"]
 MODEL = ToyLanguageModel(vocab_size=len(WORDS), num_sources=3, num_states=4096,
@@ -70,116 +74,67 @@ VERSES = ("In the beginning God created the heaven and the earth.",
           "And the earth brought forth grass.")
 
 
-def encode_text(line: str, vocab: int, length: int) -> np.ndarray:
-  """A stand-in tokenizer for random weights: characters to ids in [2, vocab)."""
-  ids = [2 + (ord(c) % (vocab - 2)) for c in line[:length]]
-  return np.array(ids + [0] * (length - len(ids)), np.int32)
+def show_set(name, samples, references):
+  """Prints one method's samples with their set statistics."""
+  texts = [s.text for s in samples]
+  line = f"  {name}: {len(set(texts))}/{len(texts)} distinct, diversity " \
+         f"{ngram_diversity(texts):.2f}"
+  if references:
+    bleu = [sentence_bleu(t, references) for t in texts]
+    line += f", sentence BLEU mean {np.mean(bleu):.1f} best {max(bleu):.1f}"
+  print(line)
+  for s in samples:
+    print(f"    {s.log_prob:8.2f}  {s.text}")
+  return texts
 
 
-def encoder_decoder_part(preset_name: str, n: int, temperature: float,
-                         seed: int) -> dict:
-  """Part 1: the three methods on the encoder-decoder."""
-  from arithmetic_decoding.models import EncoderDecoderModel, preset  # pylint: disable=g-import-not-at-top
-  model = EncoderDecoderModel(preset(preset_name))
-  cfg = model.config
-  params = model.init(jax.random.PRNGKey(seed))
-  tokens = jnp.asarray(np.stack([encode_text(v, cfg.vocab_size, 32)
-                                 for v in VERSES]))
-  length = 12
-  print(f"Part 1: encoder-decoder `{preset_name}` ({cfg.num_params() / 1e6:.2f}M "
-        f"parameters, random weights), {len(VERSES)} inputs, N = {n}, "
-        f"temperature {temperature}, {length} positions\n")
-
-  def make(method):
-    def run(params, tokens, key):
-      inputs, cache, fn = model.decode_inputs(params, tokens, length, n)
-      if method == "beam search":
-        return beam_search(inputs, cache, fn, EOS_ID, num_decodes=n, alpha=0.6)
-      sampler = (arithmetic_sample if method == "arithmetic" else
-                 ancestral_sample)
-      return sampler(inputs, cache, fn, EOS_ID, key, num_decodes=n,
-                     temperature=temperature, topk=0)
-    return jax.jit(run)
-
-  report = {}
-  key = jax.random.PRNGKey(seed + 1)
-  for method in ("arithmetic", "ancestral", "beam search"):
-    fn = make(method)
-    start = time.perf_counter()
-    decodes, scores = jax.block_until_ready(fn(params, tokens, key))
-    compile_s = time.perf_counter() - start
-    times = []
-    for _ in range(5):
-      start = time.perf_counter()
-      jax.block_until_ready(fn(params, tokens, key))
-      times.append(time.perf_counter() - start)
-    decodes, scores = np.asarray(decodes), np.asarray(scores)
-    # Beam search may finish fewer than N beams; its empty slots (score
-    # NEG_INF, all padding) are not samples.
-    kept = [[tuple(s) for s, sc in zip(decodes[b], scores[b]) if sc > -1e6]
-            for b in range(len(VERSES))]
-    distinct = [len(set(k)) for k in kept]
-    report[method] = {"ms": round(1e3 * statistics.median(times), 2),
-                      "compile_s": round(compile_s, 2), "distinct": distinct,
-                      "returned": [len(k) for k in kept]}
-    print(f"  {method:<12} {1e3 * statistics.median(times):8.2f} ms per decode "
-          f"(compile {compile_s:.1f} s); distinct per input: "
-          + " ".join(f"{d}/{len(k)}" for d, k in zip(distinct, kept))
-          + f" (mean {np.mean(distinct):.2f})")
-    # The three best of input 0 (beam search: finished beams only).
-    print("    best three of input 0 (score, tokens):")
-    best = [(seq, sc) for seq, sc in zip(decodes[0], scores[0]) if sc > -1e6]
-    for seq, sc in best[::-1][:3]:
-      print(f"      {sc:9.3f}  {' '.join(str(t) for t in seq)}")
-  print()
-  return report
+def translation_part(args) -> dict:
+  translator = Translator.load()
+  if args.text is not None:
+    lines = sys.stdin.read().splitlines() if args.text == "-" else [args.text]
+    items = [(f"input {i + 1}", line, ()) for i, line in enumerate(lines)
+             if line.strip()]
+  else:
+    test = load_split("test")
+    items = [(test[i].name, test[i].source, test[i].references)
+             for i in DEMO_VERSES[:args.verses]]
+  n, temperature = args.num_decodes, args.temperature
+  print(f"Part 1: English -> French, {n} samples per verse at temperature "
+        f"{temperature} (trained model: "
+        f"{translator.model.config.num_params() / 1e6:.1f}M parameters)\n")
+  key = jax.random.PRNGKey(args.seed)
+  report = []
+  for index, (name, source, references) in enumerate(items):
+    print(f"[{name}] {source}")
+    for r in references:
+      print(f"  reference: {r}")
+    row = {"name": name}
+    for method in ("arithmetic", "ancestral"):
+      samples = translator.sample([source], n, temperature,
+                                  jax.random.fold_in(key, index), method)[0]
+      texts = show_set(method, samples, references)
+      row[method] = {"distinct": len(set(texts)),
+                     "diversity": ngram_diversity(texts)}
+    best = translator.beam([source], beams=4)[0][0]
+    print(f"  beam search (4 beams), best: {best.log_prob:.2f}  {best.text}\n")
+    report.append(row)
+  return {"verses": report}
 
 
-def main(argv=None) -> int:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--num_decodes", type=int, default=8)
-  parser.add_argument("--temperature", type=float, default=1.0)
-  parser.add_argument("--repetitions", type=int, default=2000)
-  parser.add_argument("--seed", type=int, default=0)
-  parser.add_argument("--preset", default="tiny",
-                      help="encoder-decoder size for part 1 (tiny, small, ...)")
-  parser.add_argument("--model_temperature", type=float, default=0.5,
-                      help="sampling temperature for part 1")
-  args = parser.parse_args(argv)
+def toy_part(args) -> dict:
   n = args.num_decodes
-
-  model_report = encoder_decoder_part(args.preset, 16, args.model_temperature,
-                                      args.seed)
-  print("Part 2: ", end="")
-
-  print(f"arithmetic-decoding demo: toy language model (vocabulary {WORDS[2:]}, "
-        f"length {LENGTH}), {n} samples per prompt, temperature "
-        f"{args.temperature}, jax {jax.__version__} on {jax.default_backend()}\n")
-  sources = list(range(MODEL.num_sources))
-  samples = {}
-  for name, scheme in METHODS.items():
-    decodes, log_probs = decode(sources, n, args.temperature, scheme, args.seed)
-    samples[name] = (np.asarray(decodes), np.asarray(log_probs))
-  for b in sources:
-    print(f"prompt {b}")
-    for name in METHODS:
-      decodes, log_probs = samples[name]
-      distinct = len({tuple(s) for s in decodes[b]})
-      print(f"  {name:<30} {distinct}/{n} distinct")
-      for seq, lp in zip(decodes[b][::-1], log_probs[b][::-1]):
-        print(f"    {lp:7.3f}  {text(seq)}")
-    print()
-
   # Estimating E[decoded length] with N samples, many times over.
   exact = sum(p * decoded_length(np.array(s)) for s, p in
-              enumerate_sequences(MODEL, 0, LENGTH, temperature=args.temperature))
+              enumerate_sequences(MODEL, 0, LENGTH, temperature=args.toy_temperature))
   reps = args.repetitions
-  report = {"num_decodes": n, "temperature": args.temperature, "exact": float(exact),
-            "encoder_decoder": model_report}
-  print(f"Estimating the mean decoded length of prompt 0 from {n} samples, "
-        f"{reps} times (exact value {exact:.4f}):")
+  report = {"num_decodes": n, "temperature": args.toy_temperature,
+            "exact": float(exact)}
+  print(f"Part 2: the toy model (vocabulary {WORDS[2:]}), whose sequences "
+        f"can be enumerated.\nEstimating the mean decoded length of prompt 0 "
+        f"from {n} samples, {reps} times (exact value {exact:.4f}):")
   for name, scheme in tqdm(METHODS.items(), desc="estimates", file=sys.stderr):
-    decodes, _ = decode([0] * reps, n, args.temperature, scheme, args.seed + 1)
+    decodes, _ = decode([0] * reps, n, args.toy_temperature, scheme,
+                        args.seed + 1)
     estimates = decoded_length(np.asarray(decodes)).mean(axis=1)
     distinct = np.mean([len({tuple(s) for s in row}) for row in np.asarray(decodes)])
     report[name] = {"mean": float(estimates.mean()), "std": float(estimates.std()),
@@ -189,6 +144,24 @@ def main(argv=None) -> int:
   ratio = (report["arithmetic (shifted lattice)"]["std"] /
            report["ancestral (iid codes)"]["std"])
   print(f"\nstd ratio arithmetic / ancestral: {ratio:.2f}")
+  report["std_ratio"] = ratio
+  return report
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--num_decodes", type=int, default=8)
+  parser.add_argument("--temperature", type=float, default=0.5)
+  parser.add_argument("--verses", type=int, default=len(DEMO_VERSES))
+  parser.add_argument("--text", default=None,
+                      help='translate this sentence ("-": lines from stdin)')
+  parser.add_argument("--toy_temperature", type=float, default=1.0)
+  parser.add_argument("--repetitions", type=int, default=2000)
+  parser.add_argument("--seed", type=int, default=0)
+  args = parser.parse_args(argv)
+  report = {"translation": translation_part(args)}
+  if args.text is None:
+    report["toy"] = toy_part(args)
   print(json.dumps(report))
   return 0
 
