@@ -7,7 +7,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test bench clean
+.PHONY: demo test bench experiments clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,8 +21,9 @@ $(VENV)/.test-installed: setup.py | $(VENV)/bin/python
 	$(PY) -m pip install --quiet -e '.[test,demo,bench]'
 	touch $@
 
+# make demo ARGS='--text "The Lord is my shepherd."' translates your own text.
 demo: $(VENV)/.demo-installed
-	$(PY) -m arithmetic_decoding.cli.demo
+	$(PY) -m arithmetic_decoding.cli.demo $(ARGS)
 
 test: $(VENV)/.test-installed
 	$(PY) -m pytest -q --doctest-modules arithmetic_decoding tests
@@ -30,6 +31,10 @@ test: $(VENV)/.test-installed
 bench: $(VENV)/.test-installed
 	$(PY) scripts/bench_sampler.py
 	$(PY) scripts/bench_decode.py
+
+experiments: $(VENV)/.test-installed
+	$(PY) scripts/evaluate_translation.py
+	$(PY) scripts/experiments.py
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .hypothesis

@@ -6,6 +6,8 @@
 `--measure` times a few steps of the configured size and prints tokens/s
 (JSON), to size the model for a time budget. `--export` copies the final
 model into the package (`arithmetic_decoding/assets/en_fr/`).
+`--tokenizer` (re)trains the SentencePiece vocabulary on the training
+split's English and French text and writes `assets/en_fr/spm.model`.
 """
 
 import argparse
@@ -41,7 +43,15 @@ def main():
   parser.add_argument("--max_steps", type=int, default=20_000)
   parser.add_argument("--measure", action="store_true")
   parser.add_argument("--export", action="store_true")
+  parser.add_argument("--tokenizer", action="store_true")
   args = parser.parse_args()
+  if args.tokenizer:
+    texts = [t for v in data.load_split("train") for t in v.sources +
+             v.references]
+    tokenizer.SPM_PATH.write_bytes(tokenizer.train_sentencepiece(texts, 8000))
+    print(json.dumps({"tokenizer": str(tokenizer.SPM_PATH),
+                      "sentences": len(texts)}))
+    return
   cfg = train.TrainConfig(model=model_config(args), max_steps=args.max_steps,
                           tokens_per_batch=args.tokens_per_batch)
   if args.export:

@@ -84,7 +84,8 @@ def random_logits(seed, vocab, dtype, neg_inf_fraction, tie_fraction, scale):
   return jnp.asarray(logits, dtype)
 
 
-@given(
+# Random logits (with -inf entries and near-ties) and codes (with the ends).
+CASES = dict(
     seed=st.integers(0, 2**32 - 1),
     vocab=st.sampled_from(VOCABS),
     dtype=st.sampled_from([jnp.float32, jnp.bfloat16]),
@@ -95,6 +96,9 @@ def random_logits(seed, vocab, dtype, neg_inf_fraction, tie_fraction, scale):
                              st.floats(0.0, ONE_BELOW, width=32)),
                    min_size=BATCH, max_size=BATCH),
 )
+
+
+@given(**CASES)
 def test_chosen_token_is_possible_and_holds_the_code(seed, vocab, dtype,
                                                     neg_inf_fraction, tie_fraction,
                                                     scale, codes):
@@ -150,17 +154,7 @@ def _full_codebook_step(x, codes):
   return token, residual, x_token - space.log_norm
 
 
-@given(
-    seed=st.integers(0, 2**32 - 1),
-    vocab=st.sampled_from(VOCABS),
-    dtype=st.sampled_from([jnp.float32, jnp.bfloat16]),
-    neg_inf_fraction=st.sampled_from([0.0, 0.3, 0.9, 0.999]),
-    tie_fraction=st.sampled_from([0.0, 0.5]),
-    scale=st.sampled_from([0.01, 1.0, 10.0, 60.0]),
-    codes=st.lists(st.one_of(st.just(0.0), st.just(ONE_BELOW),
-                             st.floats(0.0, ONE_BELOW, width=32)),
-                   min_size=BATCH, max_size=BATCH),
-)
+@given(**CASES)
 def test_two_level_step_equals_the_full_codebook_bitwise(
     seed, vocab, dtype, neg_inf_fraction, tie_fraction, scale, codes):
   from arithmetic_decoding.categorical import arithmetic_step
