@@ -178,8 +178,8 @@ def arithmetic_step(x: jax.Array, codes: jax.Array) -> ArithmeticStep:
   exp with the block totals (16 tokens a block). The chosen token always
   lies in the last block with positive weight whose start is <= the scaled
   code u (the first live token of every block starts exactly at the
-  block's start), and its interval ends inside that block or at the block's
-  end. So the in-block prefix sums, the token, its interval and its logit
+  block's start), and its interval ends inside that block or where the next
+  live block starts. So the in-block prefix sums, the token, its interval and its logit
   are computed on that one block per row, with the same float operations
   as `monotone_lower_ends`: [batch, 16] instead of [batch, vocab].
   """
@@ -224,7 +224,13 @@ def arithmetic_step(x: jax.Array, codes: jax.Array) -> ArithmeticStep:
   slots = jnp.arange(block, dtype=jnp.int32)[None, :]
   j = jnp.max(jnp.where(owned, slots, -1), axis=-1)  # [B]
   low = jnp.max(jnp.where(owned, lower, 0.0), axis=-1)
-  high = jnp.min(jnp.where(live & (lower > u[:, None]), lower, end), axis=-1)
+  # Past the block, the interval ends where the next live block starts (or
+  # at the total): not at this block's end, which XLA's parallel cumsum may
+  # round differently even across blocks of zero weight.
+  next_start = jnp.min(jnp.where((totals > 0.0) & (blocks > k_star[:, None]),
+                                 block_start, total[:, None]), axis=-1)
+  high = jnp.min(jnp.where(live & (lower > u[:, None]), lower,
+                           next_start[:, None]), axis=-1)
   residual = (u - low) / jnp.maximum(high - low, jnp.finfo(jnp.float32).tiny)
   residual = jnp.clip(residual, 0.0, ONE_BELOW)
   x_token = jnp.take_along_axis(x_block, jnp.maximum(j, 0)[:, None],

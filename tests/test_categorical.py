@@ -168,6 +168,14 @@ def test_two_level_step_equals_the_full_codebook_bitwise(
   np.testing.assert_array_equal(fast.log_prob, log_prob)
 
 
+def test_two_level_step_sparse_row_at_the_top_code():
+  # Found by the CI-size property run: almost all -inf, code just below 1.
+  # The interval must end at the total, not at the chosen block's end.
+  test_two_level_step_equals_the_full_codebook_bitwise.hypothesis.inner_test(
+      seed=151405, vocab=262144, dtype=jnp.bfloat16, neg_inf_fraction=0.999,
+      tie_fraction=0.0, scale=1.0, codes=[ONE_BELOW, 0.0, 0.0, 0.0])
+
+
 def test_refresh_spreads_only_the_unresolved_part():
   from arithmetic_decoding.categorical import CODE_RESOLUTION, refresh_residual
   residual = jnp.full((1000,), 0.25)

@@ -53,7 +53,7 @@ class Budget:
   quality_verses: int = 24
   quality_n: Tuple[int, ...] = (5, 10, 20)
   quality_temperatures: Tuple[float, ...] = (0.2, 0.4, 0.6, 0.8)
-  estimator_verses: int = 8
+  estimator_verses: int = 4
   estimator_repeats: int = 16
   estimator_n: Tuple[int, ...] = (2, 4, 8, 16)
   estimator_temperatures: Tuple[float, ...] = (0.1, 0.2, 0.5)
