@@ -32,6 +32,9 @@ setuptools.setup(
         # The encoder-decoder (arithmetic_decoding.models) and sharded
         # decoding (arithmetic_decoding.sharding) are written in Flax.
         "models": ["flax>=0.10"],
+        # Reading and writing T5X checkpoints (models.t5x_checkpoint), local
+        # or gs://, without T5X.
+        "checkpoints": ["flax>=0.10", "tensorstore>=0.1.60"],
         # The embedded English->French model: tokenizer, BLEU, training.
         "translation": ["flax>=0.10", "sentencepiece>=0.2", "sacrebleu>=2.4",
                         "tqdm>=4.60"],
@@ -53,6 +56,7 @@ setuptools.setup(
             "sacrebleu>=2.4",
             "optax>=0.2",
             "matplotlib>=3.7",
+            "tensorstore>=0.1.60",
         ],
     },
 )

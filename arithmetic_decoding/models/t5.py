@@ -120,7 +120,7 @@ class RelativePositionBias(nn.Module):
                                        cfg.relative_attention_num_buckets,
                                        cfg.relative_attention_max_distance)
     # [H, buckets] gathered at [B, Tq, Tk] -> [H, B, Tq, Tk] -> [B, H, Tq, Tk]
-    bias = jnp.transpose(table[:, buckets], (1, 0, 2, 3))
+    bias = jnp.transpose(jnp.asarray(table)[:, buckets], (1, 0, 2, 3))
     return bias.astype(cfg.activation_dtype)
 
 
