@@ -106,16 +106,27 @@ jax.tree_util.register_dataclass(
     meta_fields=["fns", "options"])
 
 
-def default_key(decode_rng):
+def default_key(decode_rng, seed=None):
   """The validated key; None means PRNGKey(0), T5X's default (for drop-in
-  parity only: pass your own key)."""
+  parity only: pass your own key). A `seed` is folded in: `t5x infer` passes
+  the same keys on every run, so a gin-bound seed is how a user draws a
+  fresh sample set.
+
+  >>> key = jax.random.PRNGKey(3)
+  >>> bool((default_key(key) == key).all())
+  True
+  >>> bool((default_key(key, seed=7) == jax.random.fold_in(key, 7)).all())
+  True
+  """
   decode_rng = validation.check_rng(decode_rng)
-  return jax.random.PRNGKey(0) if decode_rng is None else decode_rng
+  seed = validation.check_seed(seed)
+  key = jax.random.PRNGKey(0) if decode_rng is None else decode_rng
+  return key if seed is None else jax.random.fold_in(key, seed)
 
 
 def validate(args: T5XArgs, chooser: Chooser, *,
              code_scheme: SchemeLike = CodeScheme.SHIFTED_LATTICE,
-             codes=None, targets=None) -> DecodeCall:
+             codes=None, targets=None, seed=None) -> DecodeCall:
   """Checks every argument (ValueError / TypeError naming it) -> DecodeCall.
 
   `targets` (int [B, N, L], encoding) sets N from its shape; otherwise N is
@@ -149,7 +160,7 @@ def validate(args: T5XArgs, chooser: Chooser, *,
       expand_cache_index=initial_index is not None,
       code_scheme=as_code_scheme(code_scheme))
   return DecodeCall(
-      inputs=inputs, cache=args.cache, rng=default_key(args.decode_rng),
+      inputs=inputs, cache=args.cache, rng=default_key(args.decode_rng, seed),
       temperature=temperature,
       topk=None if options.topk is not None else topk,
       topp=None if options.topp is not None else topp,

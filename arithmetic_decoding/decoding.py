@@ -64,6 +64,7 @@ def arithmetic_sample(
     code_scheme: SchemeLike = CodeScheme.SHIFTED_LATTICE,
     code_resolution: float = CODE_RESOLUTION,
     return_codes: bool = False,
+    seed: Optional[int] = None,
 ):
   """Arithmetic sampling with the signature, defaults and returns of T5X's
   `decoding.temperature_sample`.
@@ -104,6 +105,9 @@ def arithmetic_sample(
       stratification and makes samples robust to tiny logit differences.
     return_codes: keyword-only; also return the codes [B, N], in the same
       order as the samples.
+    seed: keyword-only; an int folded into `decode_rng` (None: not). `t5x
+      infer` passes the same keys on every run; bind
+      `arithmetic_sample.seed` in gin to draw a different sample set.
 
   Returns:
     decodes: int32 [B, N, L], each input's samples sorted by increasing
@@ -120,7 +124,7 @@ def arithmetic_sample(
   """
   chooser = Arithmetic(validation.check_code_resolution(code_resolution))
   call = validate(T5XArgs.of(locals()), chooser, code_scheme=code_scheme,
-                  codes=codes)
+                  codes=codes, seed=seed)
   decodes, log_probs, sorted_codes = jit_or_trace(sample_core,
                                                   _sample_core_jit, call)
   if return_codes:
@@ -145,6 +149,8 @@ def ancestral_sample(
     rescale_log_probs: bool = True,
     state_callback_fn: Optional[StateCallbackFn] = None,
     logit_callback_fn: Optional[LogitCallbackFn] = None,
+    *,
+    seed: Optional[int] = None,
 ):
   """Ordinary ancestral sampling in the same loop: T5X's `temperature_sample`.
 
@@ -154,7 +160,8 @@ def ancestral_sample(
   T5X: every row draws from its own key, `fold_in(step_key, row)`
   (`choosers.row_keys`), where T5X draws the whole batch from one step key, so a
   row's sample does not depend on the batch or on the sharding around it.
-  The baseline that arithmetic sampling is measured against.
+  The baseline that arithmetic sampling is measured against. `seed`
+  (keyword-only) is folded into the key, as in `arithmetic_sample`.
   """
-  call = validate(T5XArgs.of(locals()), Ancestral())
+  call = validate(T5XArgs.of(locals()), Ancestral(), seed=seed)
   return jit_or_trace(sample_core, _sample_core_jit, call)[:2]

@@ -202,6 +202,18 @@ def check_sequences(sequences: Any, batch_size: int, length: int) -> jax.Array:
   return jnp.asarray(sequences, jnp.int32)
 
 
+def check_seed(seed: Any):
+  """None, or a Python int in [0, 2**32) to fold into the decode key."""
+  if seed is None:
+    return None
+  if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+    raise TypeError(f"seed must be an int in [0, 2**32) or None; got "
+                    f"{type(seed).__name__}.")
+  if not 0 <= int(seed) < 2**32:
+    raise ValueError(f"seed must be in [0, 2**32); got {seed}.")
+  return int(seed)
+
+
 def check_rng(decode_rng: Any):
   """A PRNG key: a typed key scalar or a raw uint32[2] key."""
   if decode_rng is None:

@@ -57,6 +57,8 @@ def call(**overrides):
     (dict(tokens_to_logits=None), TypeError, r"tokens_to_logits must be callable"),
     (dict(state_callback_fn=3), TypeError, r"state_callback_fn must be callable or None"),
     (dict(decode_rng=np.zeros(3, np.uint32)), TypeError, r"decode_rng must be a PRNG key"),
+    (dict(seed=-1), ValueError, r"seed must be in \[0, 2\*\*32\)"),
+    (dict(seed=1.5), TypeError, r"seed must be an int in \[0, 2\*\*32\) or None"),
     (dict(max_decode_steps_hard_limit=-2, max_decode_steps=2), ValueError, r"max_decode_steps_hard_limit must be an int >= 0"),
 ])
 def test_bad_arguments_are_rejected(overrides, error, pattern):
@@ -128,3 +130,17 @@ def test_nan_logits_give_nan_log_width_when_encoding():
   low, log_width = arithmetic_encode(np.zeros((2, 6), np.int32), {}, nan_model(0, 3),
                                      9, sequences, topk=0)
   assert np.isnan(log_width[0, 0]) and np.isfinite(log_width[1, 0])
+
+
+def test_seed_is_folded_into_the_key():
+  # What `t5x infer` users bind in gin: same key, other seed, other samples.
+  from arithmetic_decoding import ancestral_sample
+  model = constant_model([[NEG, NEG, 0.0, 0.0]] * 8)  # 2 inputs x 4 samples
+  for fn in (arithmetic_sample, ancestral_sample):
+    kwargs = dict(inputs=INPUTS, cache={}, tokens_to_logits=model,
+                  eos_id=EOS_ID, num_decodes=4, topk=0)
+    seeded = fn(decode_rng=KEY, seed=5, **kwargs)
+    folded = fn(decode_rng=jax.random.fold_in(KEY, 5), **kwargs)
+    plain = fn(decode_rng=KEY, **kwargs)
+    np.testing.assert_array_equal(seeded[0], folded[0])
+    assert not np.array_equal(seeded[0], plain[0])
