@@ -1,13 +1,20 @@
 # Two entry points, each self-contained on a fresh machine with Python 3.11:
 #   make demo   -- install what the demo needs into .venv, then run it
 #   make test   -- install what the tests need into .venv, then run pytest
+# and the integration tests against the real T5X (CI runs both tests):
+#   make test-t5x -- T5X into its own .venv-t5x (from ../shared/t5x when that
+#                    folder exists, else from T5X's git repository), then
+#                    pytest tests/integration (real `python -m t5x.infer` runs)
 # Nothing is installed into the system Python.
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
+VENV_T5X := .venv-t5x
+PY_T5X := $(VENV_T5X)/bin/python
+T5X_WHEELS := ../shared/t5x
 
-.PHONY: demo test bench experiments clean
+.PHONY: demo test test-t5x bench experiments clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +33,24 @@ demo: $(VENV)/.demo-installed
 	$(PY) -m arithmetic_decoding.cli.demo $(ARGS)
 
 test: $(VENV)/.test-installed
-	$(PY) -m pytest -q --doctest-modules arithmetic_decoding tests
+	$(PY) -m pytest -q -rs --doctest-modules arithmetic_decoding tests
+
+$(VENV_T5X)/.installed: setup.py
+	$(PYTHON) -m venv $(VENV_T5X)
+	$(PY_T5X) -m pip install --quiet --upgrade pip
+	if [ -x $(T5X_WHEELS)/install.sh ]; then \
+	  $(T5X_WHEELS)/install.sh $(PY_T5X) && \
+	  $(PY_T5X) -m pip install --quiet --no-deps -e . ; \
+	else \
+	  $(PY_T5X) -m pip install --quiet -e '.[t5x]' ; \
+	fi
+	$(PY_T5X) -m pip install --quiet pytest hypothesis scipy sacrebleu \
+	  sentencepiece tensorstore
+	touch $@
+
+# REQUIRE_T5X=1: a missing T5X fails the run instead of skipping it.
+test-t5x: $(VENV_T5X)/.installed
+	REQUIRE_T5X=1 $(PY_T5X) -m pytest -q -rs tests/integration
 
 bench: $(VENV)/.test-installed
 	$(PY) scripts/bench_sampler.py
@@ -37,4 +61,4 @@ experiments: $(VENV)/.test-installed
 	$(PY) scripts/experiments.py
 
 clean:
-	rm -rf $(VENV) *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) $(VENV_T5X) *.egg-info .pytest_cache .hypothesis

@@ -1,5 +1,10 @@
 """Our beam_search against T5X's decoding.beam_search on the same model."""
 
+import pytest
+
+pytest.importorskip("t5x", reason="T5X is not installed; run `make test-t5x`")
+
+
 import jax
 import jax.numpy as jnp
 import numpy as np

@@ -1,6 +1,11 @@
 """T5X checkpoints written by T5X load into our model with T5X's numbers;
 ours written in T5X's format restore in T5X; the round trip is bitwise."""
 
+import pytest
+
+pytest.importorskip("t5x", reason="T5X is not installed; run `make test-t5x`")
+
+
 import functools
 
 import jax

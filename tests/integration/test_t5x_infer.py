@@ -9,6 +9,11 @@ temperature_sample breaks on the same inputs; a gin seed that changes the
 samples; and beam search through gin.
 """
 
+import pytest
+
+pytest.importorskip("t5x", reason="T5X is not installed; run `make test-t5x`")
+
+
 import math
 
 import jax.numpy as jnp
