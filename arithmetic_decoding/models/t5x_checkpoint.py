@@ -381,14 +381,17 @@ def save_t5x_checkpoint(directory: str, config: T5Config, params: PyTree,
                         step: int = 0) -> str:
   """Writes our model as a T5X checkpoint `directory` (e.g. ".../checkpoint_0")
   that `t5x infer` restores with T5X's `network.Transformer` at the same dims
-  (see `t5x_gin_overrides`)."""
+  (see `t5x_model_gin`)."""
   return write_t5x_params(directory, to_t5x_params(config, params), step)
 
 
-def t5x_gin_overrides(config: T5Config) -> str:
-  """The `network.T5Config` gin bindings that make T5X's T5 network match.
+def t5x_model_gin(config: T5Config, vocabulary_file: Optional[str] = None
+                  ) -> str:
+  """A gin file that makes T5X's T5 network this model (include it after
+  t5x/examples/t5/t5_1_1/base.gin, or mt5/*.gin): its dims, dtype, no
+  dropout and, if given, its SentencePiece file.
 
-  >>> print(t5x_gin_overrides(PRESETS["small"]).splitlines()[1])
+  >>> print(t5x_model_gin(PRESETS["small"]).splitlines()[5])
   network.T5Config.vocab_size = 250112
   """
   _check_t5x_representable(config)
@@ -397,9 +400,16 @@ def t5x_gin_overrides(config: T5Config) -> str:
                 num_encoder_layers=config.num_encoder_layers,
                 num_decoder_layers=config.num_decoder_layers,
                 head_dim=config.d_kv, mlp_dim=config.d_ff,
-                dtype=json.dumps(config.dtype).replace('"', "'"))
-  lines = ["# T5X network dims of this model (after the T5.1.1 / mT5 gin)."]
+                dtype=f"'{config.dtype}'")
+  lines = ["from __gin__ import dynamic_registration",
+           "import seqio",
+           "from t5x.examples.t5 import network", "",
+           "# The T5X network dims of this model (T5.1.1 / mT5 architecture)."]
   lines += [f"network.T5Config.{k} = {v}" for k, v in values.items()]
   lines += ["network.T5Config.mlp_activations = ('gelu', 'linear')",
-            "network.T5Config.logits_via_embedding = False"]
+            "network.T5Config.logits_via_embedding = False",
+            "DROPOUT_RATE = 0.0"]
+  if vocabulary_file is not None:
+    lines.append("seqio.SentencePieceVocabulary.sentencepiece_model_file = "
+                 f'"{vocabulary_file}"')
   return "\n".join(lines) + "\n"

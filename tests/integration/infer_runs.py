@@ -1,8 +1,9 @@
 """Runs the real `python -m t5x.infer` on CPU and reads what it writes.
 
-Every run is the command a user types (README, "T5X"), plus a run gin file
-written here that sets the model's dims, the task, the vocabulary file and
-asks T5X to write token ids next to the text.
+Every run is the command in the README ("With T5X") plus one last gin file
+written here: batch size 6 (one batch), token ids written next to the text,
+topk 0 for T5X's own temperature_sample, and the vocabulary file for models
+whose gin does not set it.
 """
 
 import json
@@ -25,17 +26,16 @@ BATCH = 6  # the TSV's lines: one batch, one chunk
 
 
 def run_gin(model_lines: str) -> str:
-  """The run's own gin: dims, task module, vocabulary file, ids in output."""
+  """The run's own gin (last): the task module, the vocabulary file, batch
+  size, float32 restore and token ids in the output."""
   return textwrap.dedent('''\
       from __gin__ import dynamic_registration
       import __main__ as infer_script
       import seqio
-      import t5x_tasks
       from t5x import decoding
       from t5x import utils
       ''') + model_lines + textwrap.dedent(f'''\
       seqio.SentencePieceVocabulary.sentencepiece_model_file = "{SPM_PATH}"
-      utils.RestoreCheckpointConfig.dtype = 'float32'
       utils.DatasetConfig.batch_size = {BATCH}
       infer_script.infer.write_fn = @infer_script.write_inferences_to_file
       infer_script.write_inferences_to_file:
@@ -57,11 +57,13 @@ def t5x_infer(workdir: pathlib.Path, name: str, gin_files: Sequence[str],
   command += [f"--gin_file={f}" for f in gin_files]
   command += [f"--gin_file={run_gin_path}",
               f"--gin.MIXTURE_OR_TASK_NAME='{TASK}'",
+              "--gin.MIXTURE_OR_TASK_MODULE='t5x_tasks'",
               f"--gin.TASK_FEATURE_LENGTHS={{'inputs': {INPUT_LENGTH}, "
               f"'targets': {TARGET_LENGTH}}}",
               f"--gin.CHECKPOINT_PATH='{checkpoint}'",
               f"--gin.INFER_OUTPUT_DIR='{out}'",
-              "--gin.infer.mode='predict_with_aux'"]
+              "--gin.infer.mode='predict_with_aux'",
+              "--gin.utils.RestoreCheckpointConfig.dtype='float32'"]
   command += [f"--gin.{k}={v}" for k, v in bindings.items()]
   env = dict(os.environ, PYTHONPATH=os.pathsep.join(
       [str(HERE), os.environ.get("PYTHONPATH", "")]), JAX_PLATFORMS="cpu",

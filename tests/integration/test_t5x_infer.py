@@ -23,9 +23,9 @@ import pytest
 from arithmetic_decoding import arithmetic_sample, beam_search
 from arithmetic_decoding.models import EncoderDecoderModel
 from arithmetic_decoding.models.t5x_checkpoint import (
-    load_t5x_checkpoint, save_t5x_checkpoint, t5x_gin_overrides)
+    load_t5x_checkpoint, save_t5x_checkpoint, t5x_model_gin)
 from arithmetic_decoding.translation.checkpoint import load_model
-from arithmetic_decoding.translation.tokenizer import ASSETS
+from arithmetic_decoding.translation.tokenizer import ASSETS, SPM_PATH
 from infer_runs import (BATCH, INPUT_LENGTH, TARGET_LENGTH, first_batch_key,
                         run_gin, t5x_infer)
 
@@ -33,22 +33,27 @@ NUM_DECODES, TEMPERATURE = 8, 0.3
 T5_1_1 = ["t5x/examples/t5/t5_1_1/base.gin", "t5x/configs/runs/infer.gin"]
 
 
+def _model_gin(workdir):
+  return T5_1_1 + [str(workdir / "model.gin")]
+
+
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
-  """The embedded model as a T5X checkpoint, and the run gin for its dims."""
+  """The embedded model as a T5X checkpoint with its model.gin, as
+  scripts/export_t5x.py writes them, and the run gin."""
   workdir = tmp_path_factory.mktemp("infer")
   config, params = load_model(ASSETS)
   path = save_t5x_checkpoint(str(workdir / "checkpoint_2800"), config, params,
                              step=2800)
-  model_lines = ("from t5x.examples.t5 import network\n" +
-                 t5x_gin_overrides(config) + "DROPOUT_RATE = 0.0\n")
-  return workdir, path, run_gin(model_lines)
+  (workdir / "model.gin").write_text(t5x_model_gin(config, str(SPM_PATH)))
+  return workdir, path, run_gin("")
 
 
 def _arithmetic_run(exported, name, **bindings):
   workdir, path, gin_text = exported
   return t5x_infer(workdir, name,
-                   T5_1_1 + ["arithmetic_sample.gin", "paper_sweep.gin"],
+                   _model_gin(workdir) + ["arithmetic_sample.gin",
+                                          "paper_sweep.gin"],
                    {"NUM_DECODES": str(NUM_DECODES),
                     "TEMPERATURE": str(TEMPERATURE), **bindings},
                    path, gin_text)
@@ -160,7 +165,7 @@ def test_lattice_property_holds_for_arithmetic_not_for_t5x_sampling(exported):
   assert max(counts) > 1 and min(len(np.unique(r, axis=0)) for r in decodes) < n
   records = t5x_infer(
       workdir, "t5x_temperature_sample",
-      T5_1_1 + ["arithmetic_sample.gin"],
+      _model_gin(workdir) + ["arithmetic_sample.gin"],
       {"NUM_DECODES": str(n),
        "models.EncoderDecoderModel.decode_fn": "@decoding.temperature_sample",
        "decoding.temperature_sample.temperature": str(temperature)},
@@ -183,10 +188,30 @@ def test_gin_seed_draws_a_new_sample_set(exported, arithmetic_records):
 
 def test_beam_search_gin(exported):
   workdir, path, gin_text = exported
-  records = t5x_infer(workdir, "beam", T5_1_1 + ["beam_search.gin"],
+  records = t5x_infer(workdir, "beam", _model_gin(workdir) + ["beam_search.gin"],
                       {"NUM_DECODES": "4"}, path, gin_text)
   decodes, scores = _tokens(records)
   assert decodes.shape == (BATCH, 4, TARGET_LENGTH)
   ours, our_scores = _ours(exported, records, beam_search, 4, alpha=0.6)
   np.testing.assert_array_equal(decodes, ours)
   np.testing.assert_allclose(scores, our_scores, atol=1e-4, rtol=1e-4)
+
+
+def test_seqio_reads_the_committed_tokenizer():
+  # The SentencePiece file a T5X user loads with seqio is ours, id for id.
+  import seqio  # pylint: disable=g-import-not-at-top
+  from arithmetic_decoding.translation.tokenizer import Tokenizer
+  vocabulary = seqio.SentencePieceVocabulary(str(SPM_PATH))
+  ours = Tokenizer.load()
+  assert (vocabulary.vocab_size, vocabulary.eos_id, vocabulary.pad_id,
+          vocabulary.unk_id) == (ours.vocab_size, 1, 0, 2)
+  for line in open(t5x_tasks_tsv(), encoding="utf-8"):
+    for text in line.rstrip("\n").split("\t"):
+      ids = ours.encode(text)
+      assert list(vocabulary.encode(text)) + [1] == ids
+      assert vocabulary.decode(ids[:-1]) == ours.decode(ids)
+
+
+def t5x_tasks_tsv():
+  import t5x_tasks  # pylint: disable=g-import-not-at-top
+  return t5x_tasks.TSV
