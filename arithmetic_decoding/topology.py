@@ -126,6 +126,9 @@ def aot_devices(topology: TpuTopology) -> Sequence[jax.Device]:
   """
   from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
   os.environ.setdefault("TPU_ACCELERATOR_TYPE", "v4-8")
+  # Compiling only: several processes may load libtpu at once (otherwise
+  # the second one fails on libtpu's lockfile).
+  os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
   desc = topologies.get_topology_desc(
       platform="tpu",
       topology_name=topology.topology_name,

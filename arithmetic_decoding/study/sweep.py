@@ -20,7 +20,7 @@ import math
 from typing import Callable, Dict, List, Optional, Tuple
 
 from arithmetic_decoding.cli import jsonl
-from arithmetic_decoding.study.points import Point, compile_point
+from arithmetic_decoding.study.points import Point, compile_point, record_fits
 from arithmetic_decoding.study.search import largest_fitting
 from arithmetic_decoding.topology import load_topology
 
@@ -103,8 +103,8 @@ class Sweep:
     if min_exp > self.config.max_exp:
       return None
     return largest_fitting(
-        lambda n: self.record(self.point(method, length, topology, mesh,
-                                         n))["fits"],
+        lambda n: record_fits(self.record(self.point(method, length,
+                                                     topology, mesh, n))),
         min_exp=min_exp, max_exp=self.config.max_exp, start_exp=start_exp)
 
   def run(self, progress: Optional[Callable[[], None]] = None) -> Dict:

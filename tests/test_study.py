@@ -1,0 +1,136 @@
+"""The Figure 5 study (arithmetic_decoding.study): the search against a fake
+memory function, the sweep's resume after SIGKILL, and the real TPU
+compiler on the tiny preset (needs libtpu, which CI installs)."""
+
+import importlib.util
+import json
+import math
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from arithmetic_decoding.study import report
+from arithmetic_decoding.study.points import Point, fits
+from arithmetic_decoding.study.sweep import Sweep, SweepConfig, min_chips
+from arithmetic_decoding.topology import load_topology
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+HAS_LIBTPU = importlib.util.find_spec("libtpu") is not None
+CONFIG = SweepConfig(preset="tiny", lengths=(128, 512), max_exp=10)
+
+
+def fake_compile(point: Point) -> dict:
+  """Bytes per chip: parameters over `model`, rows' state over `data`;
+  beam search pays 3x per row. HBM 32 GiB."""
+  data, model = point.mesh
+  per_row = (3 if point.method == "beam" else 1) * point.length * 2**20
+  total = 20 * 2**30 // model + point.n // data * per_row * (
+      1 if point.method != "beam" else model)  # beams do not shard by model
+  if point.n % data:
+    return dict(point_record(point), fits=False, error="unsupported")
+  return dict(point_record(point), total_bytes=total, hbm_bytes=32 * 2**30,
+              fits=fits(total, 32 * 2**30), error=None)
+
+
+def point_record(point):
+  return dict(preset=point.preset, dtype=point.dtype, method=point.method,
+              length=point.length, topology=point.topology,
+              mesh=list(point.mesh), n=point.n)
+
+
+def brute_force(method, length, topology):
+  best = None
+  for mesh in load_topology(topology).mesh_shapes:
+    for e in range(CONFIG.max_exp + 1):
+      point = Point("tiny", method, length, topology, tuple(mesh), 2**e)
+      if fake_compile(point)["fits"] and (best is None or 2**e > best):
+        best = 2**e
+  return best
+
+
+def test_search_finds_the_largest_fitting_n_against_a_fake_memory():
+  sweep = Sweep(CONFIG, None, compile_fn=fake_compile)
+  best = sweep.run()
+  for (method, length, topology), slot in best.items():
+    assert slot["n"] == brute_force(method, length, topology), (
+        method, length, topology)
+  # Fewer compiles than the grid (2 methods x 2 L x 10 meshes x 11 N):
+  # measured 155 of 440.
+  grid = 2 * 2 * sum(len(load_topology(t).mesh_shapes)
+                     for t in CONFIG.topologies) * 11
+  assert sweep.compiled < grid / 2
+  # Arithmetic: more chips hold more rows; the table's minimum chips.
+  assert min_chips(best, "arithmetic", 128, 1) == 1
+  n_one_chip = best[("arithmetic", 128, "v4-1x1x1")]["n"]
+  assert min_chips(best, "arithmetic", 128, 2 * n_one_chip) == 2
+
+
+def test_sweep_replays_its_file_without_compiling(tmp_path):
+  path = str(tmp_path / "points.jsonl")
+  first = Sweep(CONFIG, path, compile_fn=fake_compile).run()
+  def refuse(point):
+    raise AssertionError(f"compiled again: {point}")
+  again = Sweep(CONFIG, path, compile_fn=refuse)
+  assert again.run() == first and again.compiled == 0
+
+
+def test_report_table_and_figure(tmp_path):
+  sweep = Sweep(CONFIG, None, compile_fn=fake_compile)
+  best = sweep.run()
+  text = report.markdown(best, [], CONFIG, "cmd")
+  assert "| beam | 512 |" in text and "Minimum chips" in text
+  rows = report.chips_table(best, CONFIG)
+  assert len(rows) == 2 * 11
+  firsts = report.first_chip_counts(best, CONFIG)
+  assert set(firsts) == {128, 512}
+
+
+def _study(out, *extra):
+  env = dict(os.environ, JAX_PLATFORMS="cpu", TPU_ACCELERATOR_TYPE="v4-8")
+  env.pop("XLA_FLAGS", None)
+  return [sys.executable, "-m", "arithmetic_decoding.study", "--preset",
+          "tiny", "--lengths", "128", "--topologies", "v4-1x1x1", "v4-2x2x1",
+          "--max_exp", "3", "--out", str(out), *extra], env
+
+
+@pytest.mark.skipif(not HAS_LIBTPU, reason="libtpu is not installed")
+def test_tiny_study_with_the_tpu_compiler_resumes_after_sigkill(tmp_path):
+  clean, env = _study(tmp_path / "clean")
+  done = subprocess.run(clean, env=env, capture_output=True, text=True,
+                        timeout=900)
+  assert done.returncode == 0, done.stderr[-3000:]
+  expected = json.loads((tmp_path / "clean" / "summary.json").read_text())
+  records = [json.loads(l) for l in (tmp_path / "clean" / "points.jsonl")
+             .read_text().splitlines()]
+  assert all(r["error"] is None or "unsupported" in r["error"]
+             for r in records)
+  compiled = [r for r in records if "total_bytes" in r]
+  assert compiled and all(r["total_bytes"] > r["argument_bytes"] > 0
+                          for r in compiled)
+  for name in ("study.md", "figure5.png", "figure5_bytes.png"):
+    assert (tmp_path / "clean" / name).stat().st_size > 0
+  # Kill -9 once a few points are in, then rerun: the same table.
+  killed, env = _study(tmp_path / "killed")
+  proc = subprocess.Popen(killed, env=env, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
+  points = tmp_path / "killed" / "points.jsonl"
+  deadline = time.time() + 600
+  while time.time() < deadline and (not points.exists() or
+                                    len(points.read_text().splitlines()) < 3):
+    time.sleep(0.2)
+  proc.send_signal(signal.SIGKILL)
+  proc.wait()
+  partial = len(points.read_text().splitlines())
+  assert 3 <= partial < len(records)
+  resumed = subprocess.run(killed, env=env, capture_output=True, text=True,
+                           timeout=900)
+  assert resumed.returncode == 0, resumed.stderr[-3000:]
+  summary = json.loads((tmp_path / "killed" / "summary.json").read_text())
+  assert summary["best"] == expected["best"]
+  assert summary["chips"] == expected["chips"]
+  assert summary["compiled_now"] == len(records) - partial
