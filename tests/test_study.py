@@ -134,3 +134,54 @@ def test_tiny_study_with_the_tpu_compiler_resumes_after_sigkill(tmp_path):
   assert summary["best"] == expected["best"]
   assert summary["chips"] == expected["chips"]
   assert summary["compiled_now"] == len(records) - partial
+
+
+def test_launcher_dry_run_for_every_topology():
+  from arithmetic_decoding.study.launcher import LaunchConfig, plan  # pylint: disable=g-import-not-at-top
+  from arithmetic_decoding.topology import available_topologies  # pylint: disable=g-import-not-at-top
+  cfg = LaunchConfig(project="proj", zone="us-central2-b",
+                     bucket="gs://bucket/study", repository="https://x/ad",
+                     checkpoint="gs://t5-data/pretrained_models/t5x/mt5_xxl/"
+                     "checkpoint_1000000")
+  steps = plan(cfg, available_topologies())
+  shells = {s.name: s.shell() for s in steps}
+  # One v4-8 for the three sub-host topologies, one v4-16 for 2x2x2; each
+  # created once and deleted once.
+  assert [s.name for s in steps if s.name.split()[0] in ("create", "delete")
+          ] == ["create v4-8", "delete v4-8", "create v4-16", "delete v4-16"]
+  assert "--accelerator-type=v4-16" in shells["create v4-16"]
+  for name in available_topologies():
+    topology = load_topology(name)
+    measure = shells[f"measure {name}"]
+    assert "--worker=all" in measure and f"--topology={name}" in measure
+    for key, value in topology.environment.items():
+      assert f"{key}={value}" in measure
+    assert "--checkpoint=gs://t5-data/" in measure
+    assert f"gs://bucket/study/xxl/{name}.jsonl" in shells[f"copy {name}"]
+  assert "TPU_VISIBLE_CHIPS=0,1 " in shells["measure v4-1x2x1"]
+  assert "TPU_VISIBLE_CHIPS" not in shells["measure v4-2x2x2"]  # whole hosts
+  with pytest.raises(ValueError, match="bucket must start with gs://"):
+    LaunchConfig(project="p", zone="z", bucket="/tmp", repository="r")
+
+
+@pytest.mark.parametrize("mesh", [("8", "1"), ("1", "8")])
+def test_measure_mode_on_eight_emulated_devices(tmp_path, mesh):
+  # Mixed data x model meshes are left out on CPU: XLA:CPU's collective
+  # permute waits for every device, and data shards end their loops at
+  # different steps (TPU and GPU permutes are point to point).
+  out = tmp_path / "measure.jsonl"
+  env = dict(os.environ, JAX_PLATFORMS="cpu",
+             XLA_FLAGS="--xla_force_host_platform_device_count=8")
+  cmd = [sys.executable, "-m", "arithmetic_decoding.study.measure",
+         "--preset", "tiny", "--topology", "v4-2x2x2", "--mesh", *mesh,
+         "--lengths", "16", "--n", "8", "--repeats", "2", "--out", str(out)]
+  done = subprocess.run(cmd, env=env, capture_output=True, text=True,
+                        timeout=600)
+  assert done.returncode == 0, done.stderr[-3000:]
+  records = [json.loads(l) for l in out.read_text().splitlines()]
+  assert [(r["method"], r["n"], r["mesh"]) for r in records] == [
+      (m, 8, [int(mesh[0]), int(mesh[1])]) for m in ("beam", "arithmetic")]
+  for r in records:
+    assert r["platform"] == "cpu" and r["decode_s"] > 0
+    assert r["samples_per_s"] == pytest.approx(8 / r["decode_s"], rel=1e-2)
+    assert r["peak_bytes"] is None  # CPU devices report no memory stats
