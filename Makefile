@@ -24,8 +24,10 @@ $(VENV)/.demo-installed: setup.py | $(VENV)/bin/python
 	$(PY) -m pip install --quiet -e '.[demo]'
 	touch $@
 
+# The tests include the TPU compiler (libtpu, the [tpu] extra): the study's
+# and the AOT tests compile for TPU v4 on this CPU.
 $(VENV)/.test-installed: setup.py | $(VENV)/bin/python
-	$(PY) -m pip install --quiet -e '.[test,demo,bench]'
+	$(PY) -m pip install --quiet -e '.[test,demo,bench,tpu]'
 	touch $@
 
 # make demo ARGS='--text "The Lord is my shepherd."' translates your own text.

@@ -45,6 +45,9 @@ setuptools.setup(
         "demo": ["tqdm>=4.60", "flax>=0.10", "sentencepiece>=0.2",
                  "sacrebleu>=2.4"],
         "bench": ["tqdm>=4.60", "flax>=0.10"],
+        # The real TPU compiler (libtpu, ~700 MB) for the Figure 5 study's
+        # ahead-of-time compiles; no TPU needed.
+        "tpu": ["jax[tpu]", "tqdm>=4.60", "matplotlib>=3.7"],
         "test": [
             "pytest>=7",
             "hypothesis>=6.80",

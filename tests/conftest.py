@@ -4,11 +4,15 @@
   broadcasting would hide fail loudly.
 * Hypothesis profiles: `ci` (CI=true) runs the property tests at full size;
   the default profile is smaller for quick local runs.
+* JAX runs on the CPU (JAX_PLATFORMS=cpu unless set): with libtpu installed
+  for the AOT tests, jax would otherwise probe for TPU chips first.
 """
 
 import os
 
-import jax
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import jax  # noqa: E402
 import pytest
 from hypothesis import HealthCheck, settings
 

@@ -59,6 +59,19 @@ def parameter_bytes(config: T5Config, model_shards: int) -> int:
   return total
 
 
+def features(config: T5Config, n: int, length: int, mesh: Tuple[int, int],
+             batch: int = 1) -> Tuple[int, int, int]:
+  """One copy each of: the self-attention cache, the [rows, V/M] float32
+  logits, the rows' encoder outputs (bytes per chip)."""
+  data, shards = mesh
+  act = np.dtype(config.activation_dtype).itemsize
+  rows = max(1, batch * n // data)
+  kv = -(-config.num_heads // shards) * config.d_kv
+  return (2 * config.num_decoder_layers * rows * length * kv * act,
+          rows * -(-config.vocab_size // shards) * 4,
+          rows * length * config.d_model * act)
+
+
 def analytic_bytes(config: T5Config, method: str, n: int, length: int,
                    mesh: Tuple[int, int], batch: int = 1) -> Dict[str, int]:
   """Per-chip bytes by component, and their "total"."""

@@ -1,0 +1,63 @@
+"""Fits the memory model's per-method constants on mT5-small compiles.
+
+  python scripts/calibrate_memory_model.py --out results/study/calibration.jsonl
+
+Compiles (AOT, TPU v4 compiler) a grid of mT5-small decodes (beam search and
+arithmetic sampling; N, L and meshes varied), then fits, per method,
+compiled temporaries ~ a * (one copy of the self-attention cache) +
+b * (one copy of the [rows, V/M] float32 logits) + c * (one copy of the
+expanded encoder outputs) by least squares. The constants go into
+`study/memory_model.py` (FITTED); the XXL sweep then tests them out of
+sample. Resumable (JSON lines); prints JSON and a one-line summary.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("TPU_ACCELERATOR_TYPE", "v4-8")
+
+import numpy as np  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+from arithmetic_decoding.cli import jsonl  # noqa: E402
+from arithmetic_decoding.study.memory_model import features  # noqa: E402
+from arithmetic_decoding.study.points import Point, compile_point, model_of  # noqa: E402
+
+GRID = [(L, topo, mesh, n) for L in (128, 512)
+        for (topo, mesh, n) in [("v4-1x1x1", (1, 1), 8), ("v4-1x1x1", (1, 1), 64),
+                                ("v4-1x2x1", (1, 2), 32), ("v4-2x2x1", (4, 1), 64),
+                                ("v4-2x2x1", (2, 2), 16)]]
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--preset", default="small")
+  parser.add_argument("--out", default="results/study/calibration.jsonl")
+  args = parser.parse_args(argv)
+  done = jsonl.load(args.out, key=lambda r: Point.of(r).key())
+  points = [Point(args.preset, m, L, t, mesh, n) for m in ("beam", "arithmetic")
+            for (L, t, mesh, n) in GRID]
+  for p in tqdm(points, desc="calibration", file=sys.stderr):
+    if p.key() not in done:
+      done[p.key()] = compile_point(p)
+      jsonl.append(args.out, done[p.key()])
+  fitted = {}
+  for method in ("beam", "arithmetic"):
+    rows = [r for r in done.values() if r["method"] == method and
+            "temp_bytes" in r]
+    x = np.array([features(model_of(Point.of(r)).config, r["n"], r["length"],
+                           tuple(r["mesh"])) for r in rows])
+    y = np.array([r["temp_bytes"] for r in rows], np.float64)
+    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    fitted[method] = [round(float(c), 3) for c in coef]
+  print(json.dumps({"fitted": fitted, "points": len(done)}))
+  print("calibration: " + "; ".join(f"{m}: cache x{c[0]}, logits x{c[1]}, "
+                                    f"encoder x{c[2]}" for m, c in fitted.items()))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
