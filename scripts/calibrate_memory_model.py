@@ -5,8 +5,8 @@
 Compiles (AOT, TPU v4 compiler) a grid of mT5-small decodes (beam search and
 arithmetic sampling; N, L and meshes varied), then fits, per method,
 compiled temporaries ~ a * (one copy of the self-attention cache) +
-b * (one copy of the [rows, V/M] float32 logits) + c * (one copy of the
-expanded encoder outputs) by least squares. The constants go into
+b * (the cross-attention keys/values of all layers) + c * (one copy of the
+[rows, V/M] float32 logits) by least squares. The constants go into
 `study/memory_model.py` (FITTED); the XXL sweep then tests them out of
 sample. Resumable (JSON lines); prints JSON and a one-line summary.
 """
@@ -54,8 +54,8 @@ def main(argv=None) -> int:
     coef, *_ = np.linalg.lstsq(x, y, rcond=None)
     fitted[method] = [round(float(c), 3) for c in coef]
   print(json.dumps({"fitted": fitted, "points": len(done)}))
-  print("calibration: " + "; ".join(f"{m}: cache x{c[0]}, logits x{c[1]}, "
-                                    f"encoder x{c[2]}" for m, c in fitted.items()))
+  print("calibration: " + "; ".join(f"{m}: cache x{c[0]}, cross k/v x{c[1]}, "
+                                    f"logits x{c[2]}" for m, c in fitted.items()))
   return 0
 
 

@@ -1,27 +1,24 @@
 """Per-chip bytes of a decode from a formula: the study's calculator.
 
 The same question as the compiled sweep ("does N at length L fit on this
-mesh?") for hardware we cannot compile for. Components (B = 1 input, R rows
-per chip = N / data, model shards M, activations in the model's dtype):
+mesh?") for hardware we cannot compile for. With B = 1 input, R = N / data
+rows per chip and M model shards:
 
-  parameters   every array / M where one of its axes is sharded over
-               `model` (heads, feed-forward, vocabulary; LOGICAL_AXIS_RULES),
-               whole otherwise (replicated over `data`)
-  self-attention cache   2 x layers x R x L x heads/M x d_kv, twice (the
-               loop carries the old cache while writing the new one)
-  encoder outputs        R x L x d_model (each row's copy of its input's
-               encoding, as T5X expands it) + B x L x d_model
-  cross-attention K/V    2 x R x L x heads/M x d_kv (recomputed per step and
-               layer; one layer's live at a time)
-  logits       R x V/M float32, LOGIT_COPIES times (logits, their exponentials
-               and the step's other [R, V] temporaries)
-  beam search  the K x V candidate scores of each input (float32, two
-               copies) and a second cache (beams are reordered by gather)
-  encoder pass B x heads/M x L x L float32 attention scores + activations;
-               it runs before the loop, so it counts only if larger
+  parameters    every array / M where one of its axes is sharded over
+                `model` (heads, feed-forward, vocabulary; LOGICAL_AXIS_RULES),
+                whole where not (replicated over `data`): exact
+  keys/values   copies of 2 x layers x R x L x heads/M x d_kv: the
+                self-attention cache (carried and rewritten by the loop,
+                reordered by gathers in beam search) and the cross-attention
+                keys/values of every layer (XLA hoists their projection out
+                of the loop)
+  logits        copies of [R, V/M] float32 (logits and the step's [R, V]
+                temporaries; beam search's K x V candidate scores)
+  encoder pass  attention scores and activations of the encoder, which
+                runs before the loop: counted only where larger
 
-`LOGIT_COPIES` and the cache factor are the two fitted constants; their
-error against the compiled XXL points is in results/study/ (README).
+The copy counts per method are fitted on mT5-small compiles (FITTED); their
+error against the compiled mT5-XXL points is reported by the study.
 
   >>> from arithmetic_decoding.models import preset
   >>> parts = analytic_bytes(preset("xxl", dtype="bfloat16",
@@ -40,8 +37,11 @@ import numpy as np
 from arithmetic_decoding.models import EncoderDecoderModel, T5Config
 from arithmetic_decoding.sharding import LOGICAL_AXIS_RULES
 
-LOGIT_COPIES = 3
-CACHE_COPIES = 2
+# Copies of (all layers' keys/values for the rows, the rows' float32 logits)
+# in the compiled temporaries, fitted by least squares on 20 mT5-small
+# compiles (`python scripts/calibrate_memory_model.py`); tested out of sample
+# on the mT5-XXL sweep.
+FITTED = {"beam": (8.37, 0.545), "arithmetic": (3.95, 2.115)}
 _MODEL_AXES = {name for name, axis in LOGICAL_AXIS_RULES if axis == "model"}
 
 
@@ -60,42 +60,38 @@ def parameter_bytes(config: T5Config, model_shards: int) -> int:
 
 
 def features(config: T5Config, n: int, length: int, mesh: Tuple[int, int],
-             batch: int = 1) -> Tuple[int, int, int]:
-  """One copy each of: the self-attention cache, the [rows, V/M] float32
-  logits, the rows' encoder outputs (bytes per chip)."""
+             batch: int = 1) -> Tuple[int, int]:
+  """Bytes per chip of (1) one copy of all decoder layers' keys and values
+  for the rows at length L -- the self-attention cache, and as much again
+  for the cross-attention keys/values, which XLA hoists out of the loop
+  (loop-invariant); with input length = output length the two cannot be
+  told apart -- and (2) one copy of the [rows, V/M] float32 logits."""
   data, shards = mesh
   act = np.dtype(config.activation_dtype).itemsize
   rows = max(1, batch * n // data)
   kv = -(-config.num_heads // shards) * config.d_kv
-  return (2 * config.num_decoder_layers * rows * length * kv * act,
-          rows * -(-config.vocab_size // shards) * 4,
-          rows * length * config.d_model * act)
+  return (config.num_decoder_layers * 2 * rows * length * kv * act,
+          rows * -(-config.vocab_size // shards) * 4)
 
 
 def analytic_bytes(config: T5Config, method: str, n: int, length: int,
                    mesh: Tuple[int, int], batch: int = 1) -> Dict[str, int]:
   """Per-chip bytes by component, and their "total"."""
-  data, shards = mesh
-  act = np.dtype(config.activation_dtype).itemsize
-  rows = max(1, batch * n // data)
+  kv_bytes, logit_bytes = features(config, n, length, mesh, batch)
+  kv_copies, logit_copies = FITTED["beam" if method == "beam" else
+                                   "arithmetic"]
+  shards = mesh[1]
   heads = -(-config.num_heads // shards)
-  kv = heads * config.d_kv
-  cache = (CACHE_COPIES * 2 * config.num_decoder_layers * rows * length * kv *
-           act)
-  parts = {
-      "parameters": parameter_bytes(config, shards),
-      "cache": cache,
-      "encoder_outputs": (rows + batch) * length * config.d_model * act,
-      "cross_kv": 2 * rows * length * kv * act,
-      "logits": LOGIT_COPIES * rows * -(-config.vocab_size // shards) * 4,
-  }
-  if method == "beam":
-    parts["beam"] = (2 * batch * n * -(-config.vocab_size // shards) * 4 +
-                     cache // CACHE_COPIES)
+  act = np.dtype(config.activation_dtype).itemsize
+  parts = {"parameters": parameter_bytes(config, shards),
+           "keys_values": int(kv_copies * kv_bytes),
+           "logits": int(logit_copies * logit_bytes)}
+  # The encoder runs before the loop: its attention scores and activations
+  # count only where they exceed the loop's working memory.
   encoder = (batch * heads * length * length * 4 +
              4 * batch * length * max(config.d_model, config.d_ff) * act)
-  decode = sum(v for k, v in parts.items() if k != "parameters")
-  parts["encoder_pass"] = max(0, encoder - decode)
+  parts["encoder_pass"] = max(0, encoder - parts["keys_values"] -
+                              parts["logits"])
   parts["total"] = sum(parts.values())
   return parts
 
