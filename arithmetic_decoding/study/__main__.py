@@ -6,7 +6,8 @@
   python -m arithmetic_decoding.study --report_only         # tables, figure
 
 Appends one JSON line per compiled point to OUT/points.jsonl (rerun to
-resume; finished points are not compiled again), then writes OUT/study.md,
+resume; finished points are not compiled again; --report_only compiles
+nothing and reports what is there), then writes OUT/study.md,
 OUT/summary.json, OUT/figure5.png and OUT/figure5_bytes.png, and prints
 JSON plus a one-line summary. Needs libtpu (the `[tpu]` extra), no TPU.
 """
@@ -50,9 +51,8 @@ def main(argv=None) -> int:
   out.mkdir(parents=True, exist_ok=True)
   bar = tqdm(total=len(config.searches()), desc="study searches",
              file=sys.stderr, disable=args.report_only)
-  sweep = Sweep(config, str(out / "points.jsonl"),
-                compile_fn=_no_compile if args.report_only else compile_point,
-                on_compile=lambda r: bar.set_postfix(
+  sweep = Sweep(config, str(out / "points.jsonl"), compile_fn=compile_point,
+                read_only=args.report_only, on_compile=lambda r: bar.set_postfix(
                     compiled=sweep.compiled, last=f"{r['method']} L{r['length']}"
                     f" {r['topology']} N{r['n']}"))
   best = sweep.run(progress=bar.update)
@@ -61,15 +61,21 @@ def main(argv=None) -> int:
              if r["preset"] == config.preset and r["dtype"] == config.dtype]
   command = "python -m arithmetic_decoding.study " + " ".join(
       argv if argv is not None else sys.argv[1:])
-  (out / "study.md").write_text(report.markdown(best, records, config,
-                                                command.strip()))
+  text = report.markdown(best, records, config, command.strip())
+  if sweep.missing:
+    text = (f"**Partial:** the sweep is still running; "
+            f"{summary_incomplete(sweep)} searches are incomplete (their N "
+            "is a lower bound or missing).\n\n" + text)
+  (out / "study.md").write_text(text)
   report.figure(best, records, config, out / "figure5.png")
   summary = {"best": {f"{m} L{l} {t}": v for (m, l, t), v in best.items()},
              "chips": report.chips_table(best, config),
              "beam_first_needs": {str(k): v for k, v in
                                   report.first_chip_counts(best, config).items()},
              "compiled_points": len(records),
-             "compiled_now": sweep.compiled}
+             "compiled_now": sweep.compiled,
+             "searches_incomplete": len({(p.method, p.length, p.topology,
+                                          p.mesh) for p in sweep.missing})}
   (out / "summary.json").write_text(json.dumps(summary, indent=1))
   print(json.dumps(summary))
   firsts = "; ".join(f"L={l}: " + ", ".join(f"{k} chips from N={n}"
@@ -80,9 +86,8 @@ def main(argv=None) -> int:
   return 0
 
 
-def _no_compile(point):
-  raise SystemExit(f"--report_only: point {point} is not in the results; "
-                   "run without --report_only to compile it.")
+def summary_incomplete(sweep) -> int:
+  return len({(p.method, p.length, p.topology, p.mesh) for p in sweep.missing})
 
 
 if __name__ == "__main__":

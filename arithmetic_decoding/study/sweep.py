@@ -70,19 +70,27 @@ class Sweep:
     path: the JSON-lines results file (None: keep records in memory).
     compile_fn: Point -> record (`points.compile_point`; tests pass fakes).
     on_compile: called after each new compile (progress bars).
+    read_only: never compile: a point not in the file counts as not
+      fitting and is listed in `missing` (a partial table from a sweep
+      still running).
   """
 
   def __init__(self, config: SweepConfig, path: Optional[str],
                compile_fn: Callable[[Point], dict] = compile_point,
-               on_compile: Optional[Callable[[dict], None]] = None):
+               on_compile: Optional[Callable[[dict], None]] = None,
+               read_only: bool = False):
     self.config, self.path, self.compile_fn = config, path, compile_fn
-    self.on_compile = on_compile
+    self.on_compile, self.read_only = on_compile, read_only
     self.records: Dict[tuple, dict] = jsonl.load(path, key=record_key)
     self.compiled = 0
+    self.missing: List[Point] = []
 
   def record(self, point: Point) -> dict:
     """The point's record: from the file, or compiled now and appended."""
     key = point.key()
+    if key not in self.records and self.read_only:
+      self.missing.append(point)
+      return {"error": "not compiled yet"}
     if key not in self.records:
       record = self.compile_fn(point)
       jsonl.append(self.path, record)
