@@ -21,7 +21,6 @@ import zlib
 
 import jax
 import numpy as np
-from tqdm import tqdm
 
 from arithmetic_decoding.cli import jsonl
 from arithmetic_decoding.translation import experiments as ex
@@ -197,14 +196,13 @@ def main(argv=None) -> int:
   out = pathlib.Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
   path = str(out / "runs.jsonl")
-  done = jsonl.load(path, key=key_of)
-  if not args.report_only:
+  if args.report_only:
+    done = jsonl.load(path, key=key_of)
+  else:
     translator = Translator.load()
-    todo = [r for r in plan(budget) if r not in done]
-    for run in tqdm(todo, desc="experiments", file=sys.stderr):
-      record = run_one(translator, budget, run, args.seed)
-      jsonl.append(path, record)
-      done[run] = record
+    done = jsonl.run_missing(
+        path, plan(budget), key_of,
+        lambda run: run_one(translator, budget, run, args.seed), "experiments")
   records = [done[r] for r in plan(budget) if r in done]
   summary = summarize(records, budget)
   (out / "summary.json").write_text(json.dumps(summary, indent=1))

@@ -4,7 +4,6 @@ compiler on the tiny preset (needs libtpu, which CI installs)."""
 
 import importlib.util
 import json
-import math
 import os
 import pathlib
 import signal

@@ -8,13 +8,16 @@ again, skips the configurations already in the file:
     if config not in done:
       done[config] = measure(config)
       jsonl.append(path, done[config])
+
+or, with a progress bar, `run_missing(path, configs, key, measure, desc)`.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from typing import Any, Callable, Dict, Hashable, Optional
+import sys
+from typing import Any, Callable, Dict, Hashable, Iterable, Optional
 
 
 def load(path: Optional[str], key: Callable[[dict], Hashable]
@@ -54,3 +57,30 @@ def append(path: Optional[str], record: dict) -> None:
     f.write(json.dumps(record) + "\n")
     f.flush()
     os.fsync(f.fileno())
+
+
+def run_missing(path: Optional[str], items: Iterable[Hashable],
+                key: Callable[[dict], Hashable], run: Callable[[Any], dict],
+                desc: str, write: bool = True) -> Dict[Hashable, dict]:
+  """Runs `run(item)` for each item not yet in `path` (an item is its own
+  key; `key` reads it back from a record), appending each record as it
+  finishes, with a progress bar. Returns every record by key.
+
+  >>> import tempfile, os
+  >>> path = os.path.join(tempfile.mkdtemp(), "runs.jsonl")
+  >>> first = run_missing(path, [1, 2], lambda r: r["x"],
+  ...                     lambda x: {"x": x, "y": x * x}, "demo")
+  >>> again = run_missing(path, [1, 2, 3], lambda r: r["x"],
+  ...                     lambda x: {"x": x, "y": -1}, "demo")
+  >>> [again[x]["y"] for x in (1, 2, 3)]
+  [1, 4, -1]
+  """
+  from tqdm import tqdm  # pylint: disable=g-import-not-at-top
+  done = load(path, key=key)
+  todo = [item for item in items if item not in done]
+  for item in tqdm(todo, desc=desc, file=sys.stderr):
+    record = run(item)
+    if write:
+      append(path, record)
+    done[item] = record
+  return done

@@ -48,7 +48,6 @@ and renames only), so ours -> T5X -> ours is bitwise.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import re
 from typing import Any, Dict, Mapping, Optional, Tuple, Union

@@ -25,7 +25,6 @@ from typing import Dict, Optional
 
 import jax
 import jax.numpy as jnp
-from tqdm import tqdm
 
 from arithmetic_decoding.cli import jsonl
 from arithmetic_decoding.models import EncoderDecoderModel, preset
@@ -108,30 +107,28 @@ def main(argv=None) -> int:
     model = EncoderDecoderModel(preset(args.preset, dtype=args.dtype,
                                        param_dtype=args.dtype))
     params = random_params(model, mesh)
+  mesh_shape = (int(mesh.shape["data"]), int(mesh.shape["model"]))
   key = lambda r: (r["method"], r["n"], r["length"], tuple(r["mesh"]))
-  done = jsonl.load(args.out, key=key)
-  grid = [(m, n, l) for m in args.methods for l in args.lengths
-          for n in args.n if n % mesh.shape["data"] == 0]
-  results = []
-  for method, n, length in tqdm(grid, desc="measure", file=sys.stderr):
-    k = (method, n, length, (int(mesh.shape["data"]), int(mesh.shape["model"])))
-    if k not in done:
-      try:
-        measured = measure_point(model, params, mesh, method, n, length,
-                                 args.repeats)
-      except Exception as error:  # pylint: disable=broad-except
-        if "RESOURCE_EXHAUSTED" not in str(error):
-          raise
-        measured = {"method": method, "n": n, "length": length,
-                    "mesh": list(k[3]), "error": str(error)[:1000],
-                    "decode_s": float("nan"), "samples_per_s": 0.0}
-      record = dict(measured, preset=args.preset, dtype=args.dtype,
-                    topology=topology.name,
-                    weights=args.checkpoint or "random")
-      if jax.process_index() == 0:
-        jsonl.append(args.out, record)
-      done[k] = record
-    results.append(done[k])
+  grid = [(m, n, l, mesh_shape) for m in args.methods for l in args.lengths
+          for n in args.n if n % mesh_shape[0] == 0]
+
+  def run(item):
+    method, n, length, _ = item
+    try:
+      measured = measure_point(model, params, mesh, method, n, length,
+                               args.repeats)
+    except Exception as error:  # pylint: disable=broad-except
+      if "RESOURCE_EXHAUSTED" not in str(error):
+        raise
+      measured = {"method": method, "n": n, "length": length,
+                  "mesh": list(mesh_shape), "error": str(error)[:1000],
+                  "decode_s": float("nan"), "samples_per_s": 0.0}
+    return dict(measured, preset=args.preset, dtype=args.dtype,
+                topology=topology.name, weights=args.checkpoint or "random")
+
+  done = jsonl.run_missing(args.out, grid, key, run, "measure",
+                           write=jax.process_index() == 0)
+  results = [done[item] for item in grid]
   for r in results:
     print(json.dumps(r))
   print("measure: " + "; ".join(

@@ -10,7 +10,6 @@ carry logical axes (params_axes) for T5X's partitioner.
 """
 
 import flax.linen as nn
-import jax
 import jax.numpy as jnp
 from flax.linen import partitioning
 
