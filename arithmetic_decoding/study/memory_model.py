@@ -29,6 +29,7 @@ error against the compiled mT5-XXL points is reported by the study.
 
 from __future__ import annotations
 
+import functools
 from typing import Dict, Tuple
 
 import jax
@@ -45,6 +46,7 @@ FITTED = {"beam": (8.37, 0.545), "arithmetic": (3.95, 2.115)}
 _MODEL_AXES = {name for name, axis in LOGICAL_AXIS_RULES if axis == "model"}
 
 
+@functools.lru_cache(maxsize=None)
 def parameter_bytes(config: T5Config, model_shards: int) -> int:
   """Parameter bytes on one chip."""
   model = EncoderDecoderModel(config)
@@ -106,3 +108,31 @@ HARDWARE = {
     "GPU 80 GB": 80 * 10**9,
     "GPU 141 GB": 141 * 10**9,
 }
+
+# Usable share of a device's memory: the TPU v4 compiler's 30.75 of 32 GiB.
+USABLE_FRACTION = 30.75 / 32
+
+
+def calculator(config: T5Config, method: str, length: int, memory: int,
+               max_exp: int = 10, chip_counts=(1, 2, 4, 8)) -> Dict[int, int]:
+  """{N: fewest devices} from the formula alone, for a device of `memory`
+  bytes: for each N = 2**e, the fewest devices c (among `chip_counts`) with
+  a (data, model) split of c where the formula's total fits. Ns that fit
+  nowhere are left out.
+
+  >>> from arithmetic_decoding.models import preset
+  >>> xxl = preset("xxl", dtype="bfloat16", param_dtype="bfloat16")
+  >>> calculator(xxl, "beam", 128, 16 * 2**30)[1]   # 24 GiB of parameters
+  2
+  """
+  out = {}
+  for e in range(max_exp + 1):
+    n = 2**e
+    for chips in chip_counts:
+      splits = [(d, chips // d) for d in range(1, chips + 1)
+                if chips % d == 0 and n % d == 0]
+      if any(analytic_bytes(config, method, n, length, split)["total"] <=
+             USABLE_FRACTION * memory for split in splits):
+        out[n] = chips
+        break
+  return out

@@ -6,7 +6,8 @@ import math
 import pathlib
 from typing import Dict, List
 
-from arithmetic_decoding.study.memory_model import analytic_bytes
+from arithmetic_decoding.study.memory_model import (HARDWARE, analytic_bytes,
+                                                    calculator)
 from arithmetic_decoding.study.points import Point, model_of
 from arithmetic_decoding.study.sweep import (SweepConfig, batched_chips,
                                              min_chips)
@@ -86,11 +87,34 @@ def markdown(best: Dict, records: List[dict], config: SweepConfig,
                    f"{e['mesh'][0]}x{e['mesh'][1]} | {e['n']} | "
                    f"{e['compiled_gib']:.2f} | {e['analytic_gib']:.2f} | "
                    f"{100 * e['error']:+.1f} % |")
+  lines += calculator_markdown(config)
   failed = [r for r in records if r.get("error")]
   lines += ["", f"Compiled points: {len(records)}; not fitting or failed: "
             f"{len(failed)}; compile time "
             f"{sum(r.get('compile_s', 0) for r in records) / 60:.1f} min."]
   return "\n".join(lines) + "\n"
+
+
+def calculator_markdown(config: SweepConfig) -> List[str]:
+  """The formula's answer for hardware we cannot compile for: the largest
+  N on one device, and the fewest devices (of 1, 2, 4, 8) for N = 1024."""
+  from arithmetic_decoding.models import preset  # pylint: disable=g-import-not-at-top
+  model = preset(config.preset, dtype=config.dtype, param_dtype=config.dtype)
+  lines = ["", "## The calculator (analytic model only): largest N on one "
+           "device / devices for N = 1024", "",
+           "| hardware | method | " + " | ".join(
+               f"L={l}" for l in config.lengths) + " |",
+           "|---|---|" + "---|" * len(config.lengths)]
+  for name, memory in HARDWARE.items():
+    for method in config.methods:
+      cells = []
+      for length in config.lengths:
+        table = calculator(model, method, length, memory, config.max_exp)
+        one = max([n for n, c in table.items() if c == 1], default=None)
+        top = table.get(2**config.max_exp)
+        cells.append(f"{one or '-'} / {top or '>8'}")
+      lines.append(f"| {name} | {method} | " + " | ".join(cells) + " |")
+  return lines
 
 
 def figure(best: Dict, records: List[dict], config: SweepConfig,
