@@ -13,7 +13,6 @@ or `--quick`).
 
 from __future__ import annotations
 
-import argparse
 import json
 import pathlib
 import sys
@@ -22,10 +21,8 @@ import zlib
 import jax
 import numpy as np
 
-from arithmetic_decoding.cli import jsonl
 from arithmetic_decoding.translation import experiments as ex
 from arithmetic_decoding.translation.data import load_split
-from arithmetic_decoding.translation.translate import Translator
 
 QUICK = ex.Budget(quality_verses=2, quality_n=(3,), quality_temperatures=(0.5,),
                   estimator_verses=2, estimator_repeats=3, estimator_n=(2, 4),
@@ -186,23 +183,15 @@ def plots(records, summary, out: pathlib.Path) -> None:
 
 
 def main(argv=None) -> int:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--out", default="results/experiments")
-  parser.add_argument("--quick", action="store_true")
-  parser.add_argument("--report_only", action="store_true")
-  parser.add_argument("--seed", type=int, default=0)
-  args = parser.parse_args(argv)
+  args = ex.experiment_parser(__doc__.splitlines()[0],
+                              "results/experiments").parse_args(argv)
   budget = QUICK if args.quick else ex.Budget()
   out = pathlib.Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
-  path = str(out / "runs.jsonl")
-  if args.report_only:
-    done = jsonl.load(path, key=key_of)
-  else:
-    translator = Translator.load()
-    done = jsonl.run_missing(
-        path, plan(budget), key_of,
-        lambda run: run_one(translator, budget, run, args.seed), "experiments")
+  done = ex.run_plan(str(out / "runs.jsonl"), plan(budget), key_of,
+                     lambda translator, run: run_one(translator, budget, run,
+                                                     args.seed),
+                     report_only=args.report_only, desc="experiments")
   records = [done[r] for r in plan(budget) if r in done]
   summary = summarize(records, budget)
   (out / "summary.json").write_text(json.dumps(summary, indent=1))

@@ -21,7 +21,6 @@ Writes `summary.json` and `intervals.md` and prints JSON plus one line.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import pathlib
@@ -32,11 +31,9 @@ from typing import Tuple
 import jax
 import numpy as np
 
-from arithmetic_decoding.cli import jsonl
 from arithmetic_decoding.translation import experiments as ex
 from arithmetic_decoding.translation import intervals as iv
 from arithmetic_decoding.translation.data import load_split
-from arithmetic_decoding.translation.translate import Translator
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,23 +159,15 @@ def markdown(summary, budget: Budget) -> str:
 
 
 def main(argv=None) -> int:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--out", default="results/intervals")
-  parser.add_argument("--quick", action="store_true")
-  parser.add_argument("--report_only", action="store_true")
-  parser.add_argument("--seed", type=int, default=0)
-  args = parser.parse_args(argv)
+  args = ex.experiment_parser(__doc__.splitlines()[0],
+                              "results/intervals").parse_args(argv)
   budget = QUICK if args.quick else Budget()
   out = pathlib.Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
-  path = str(out / "runs.jsonl")
-  if args.report_only:
-    done = jsonl.load(path, key=key_of)
-  else:
-    translator = Translator.load()
-    done = jsonl.run_missing(
-        path, plan(budget), key_of,
-        lambda run: run_one(translator, budget, run, args.seed), "intervals")
+  done = ex.run_plan(str(out / "runs.jsonl"), plan(budget), key_of,
+                     lambda translator, run: run_one(translator, budget, run,
+                                                     args.seed),
+                     report_only=args.report_only, desc="intervals")
   records = [done[r] for r in plan(budget) if r in done]
   summary = summarize(records, budget)
   (out / "summary.json").write_text(json.dumps(summary, indent=1))

@@ -137,3 +137,27 @@ def bootstrap_ratio(numerator: np.ndarray, denominator: np.ndarray,
   picks = rng.integers(0, len(numerator), (draws, len(numerator)))
   boot = numerator[picks].mean(1) / denominator[picks].mean(1)
   return ratio, float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))
+
+
+def experiment_parser(description: str, default_out: str):
+  """The command line every experiment script shares."""
+  import argparse  # pylint: disable=g-import-not-at-top
+  parser = argparse.ArgumentParser(description=description)
+  parser.add_argument("--out", default=default_out)
+  parser.add_argument("--quick", action="store_true")
+  parser.add_argument("--report_only", action="store_true")
+  parser.add_argument("--seed", type=int, default=0)
+  return parser
+
+
+def run_plan(path: str, runs: Sequence, key_of, run_one, *, report_only: bool,
+             desc: str) -> Dict:
+  """The finished runs by key: loaded from `path` only (`report_only`), or
+  with the missing ones run on the embedded model (`run_one(translator,
+  run)`), each appended to `path` as it finishes."""
+  from arithmetic_decoding.cli import jsonl  # pylint: disable=g-import-not-at-top
+  if report_only:
+    return jsonl.load(path, key=key_of)
+  translator = Translator.load()
+  return jsonl.run_missing(path, runs, key_of,
+                           lambda run: run_one(translator, run), desc)
