@@ -22,31 +22,20 @@ import sys
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TPU_ACCELERATOR_TYPE", "v4-8")
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from arithmetic_decoding.cli import jsonl  # noqa: E402
 from arithmetic_decoding.models import EncoderDecoderModel, preset  # noqa: E402
-from arithmetic_decoding.sharding import (DecodeSetup, make_sharded_decode,  # noqa: E402
-                                          param_shardings)
+from arithmetic_decoding.sharding import DecodeSetup  # noqa: E402
+from arithmetic_decoding.study.points import compiled_memory, fits  # noqa: E402
 from arithmetic_decoding.topology import (aot_devices, available_topologies,  # noqa: E402
                                           load_topology, make_mesh)
 
 
 def measure(model, topo, mesh_shape, method, batch, source_len, n, length):
   mesh = make_mesh(topo, mesh_shape, devices=aot_devices(topo))
-  decode = make_sharded_decode(model, mesh, DecodeSetup(
-      method=method, num_decodes=n, max_decode_len=length))
-  params = jax.tree_util.tree_map(
-      lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
-      model.abstract_params(), param_shardings(model, mesh))
-  replicated = NamedSharding(mesh, P())
-  tokens = jax.ShapeDtypeStruct((batch, source_len), jnp.int32,
-                                sharding=replicated)
-  key = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=replicated)
-  stats = decode.lower(params, tokens, key).compile().memory_analysis()
+  stats = compiled_memory(model, mesh, DecodeSetup(
+      method=method, num_decodes=n, max_decode_len=length), batch, source_len)
   mib = lambda b: round(b / 2**20, 2)
   total = (stats.argument_size_in_bytes + stats.output_size_in_bytes +
            stats.temp_size_in_bytes)
@@ -55,7 +44,7 @@ def measure(model, topo, mesh_shape, method, batch, source_len, n, length):
           "temp_mib": mib(stats.temp_size_in_bytes),
           "output_mib": mib(stats.output_size_in_bytes),
           "total_mib": mib(total),
-          "fits_hbm": total <= topo.hbm_bytes_per_chip}
+          "fits_hbm": fits(total, topo.hbm_bytes_per_chip)}
 
 
 def main(argv=None) -> int:

@@ -88,6 +88,22 @@ def _limit_from(message: str) -> Optional[int]:
   return int(float(match.group(1)) * scale)
 
 
+def compiled_memory(model: EncoderDecoderModel, mesh, setup: DecodeSetup,
+                    batch: int, source_length: int):
+  """`memory_analysis()` of the sharded decode compiled for `mesh`'s
+  devices, from abstract parameters with their shardings (nothing of the
+  model's size is allocated)."""
+  decode = make_sharded_decode(model, mesh, setup)
+  params = jax.tree_util.tree_map(
+      lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
+      model.abstract_params(), param_shardings(model, mesh))
+  replicated = NamedSharding(mesh, P())
+  tokens = jax.ShapeDtypeStruct((batch, source_length), jnp.int32,
+                                sharding=replicated)
+  key = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=replicated)
+  return decode.lower(params, tokens, key).compile().memory_analysis()
+
+
 def compile_point(point: Point) -> Dict:
   """AOT-compiles the point; its record (bytes per chip, fit, compile time).
 
@@ -107,17 +123,9 @@ def compile_point(point: Point) -> Dict:
   mesh = make_mesh(topology, point.mesh, devices=aot_devices(topology))
   start = time.time()
   try:
-    decode = make_sharded_decode(model, mesh, DecodeSetup(
+    stats = compiled_memory(model, mesh, DecodeSetup(
         method=point.method, num_decodes=point.n,
-        max_decode_len=point.length))
-    params = jax.tree_util.tree_map(
-        lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
-        model.abstract_params(), param_shardings(model, mesh))
-    replicated = NamedSharding(mesh, P())
-    tokens = jax.ShapeDtypeStruct((1, point.length), jnp.int32,
-                                  sharding=replicated)
-    key = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=replicated)
-    stats = decode.lower(params, tokens, key).compile().memory_analysis()
+        max_decode_len=point.length), batch=1, source_length=point.length)
   except Exception as error:  # pylint: disable=broad-except
     message = f"{type(error).__name__}: {error}"
     out_of_memory = "RESOURCE_EXHAUSTED" in message or "hbm" in message.lower()
