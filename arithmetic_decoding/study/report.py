@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import pathlib
 from typing import Dict, List
 
@@ -187,7 +186,3 @@ def first_chip_counts(best: Dict, config: SweepConfig) -> Dict:
         firsts[label] = row["n"]
     out[length] = firsts
   return out
-
-
-def log2_or_none(n):
-  return None if n is None else int(math.log2(n))
