@@ -19,13 +19,20 @@ over rows (`RowModel`; `models.EncoderDecoderModel` is one):
 
   decode_start(params, encoder_tokens, max_decode_len)
       -> inputs [B, L], cache [B, ...], context [B, ...]
-  step_fn(params, context_rows [R, ...]) -> tokens_to_logits
+  row_context(params, context, row_ids [R], num_decodes) -> context_rows
+  step_fn(params, context_rows) -> tokens_to_logits over R rows
 
 The decode start (the encoder) runs once per device on the whole batch,
 replicated (in its own `shard_map`, so it has no collective and its outputs
-are bitwise those of one device). Each device then takes the context of its
-own rows' inputs (row r belongs to input r // N), never the whole N-fold
-expansion.
+are bitwise those of one device). Each device then derives, from the
+context of the inputs, what its own rows read (row r belongs to input
+r // N), never the whole N-fold expansion. For `EncoderDecoderModel` with
+per-input cross-attention keys/values (`models.CrossKV`), a device holding
+R rows projects the keys/values of the inputs of its gcd(N, R)-row groups:
+once per input when its rows hold whole inputs (R a multiple of N), once per
+group of R rows when the N samples of an input span several devices (each
+of them then projects that input: no communication, N / R copies over the
+devices instead of N).
 
 Beam search cannot work that way: choosing the K best extensions of an
 input needs all of its beams, so with the beams split over `data` every step
@@ -75,8 +82,12 @@ class RowModel(Protocol):
   def decode_start(self, params, encoder_tokens, max_decode_len: int):
     """-> inputs int32 [B, L], cache [B, ...], context pytree [B, ...]."""
 
+  def row_context(self, params, context, row_ids, num_decodes: int) -> PyTree:
+    """-> what `step_fn` reads for the rows `row_ids` int [R] (a device's
+    consecutive rows, starting at a multiple of R), from `context` [B, ...]."""
+
   def step_fn(self, params, context_rows) -> Callable:
-    """-> tokens_to_logits over the rows of `context_rows` [R, ...]."""
+    """-> tokens_to_logits over the rows of `row_context`'s result."""
 
 # Logical axis -> mesh axis (None: replicated). The only sharding table.
 LOGICAL_AXIS_RULES: Tuple[Tuple[str, Any], ...] = (
@@ -245,10 +256,9 @@ def _sample(params, encoder_tokens, rng, *, model: RowModel, mesh: Mesh,
 
   def local(params, rows, context):
     # One device's rows (manual over `data`; `model`, if any, automatic).
-    # [B, ...] -> [R_local, ...]: the context of each local row's input.
-    context_rows = jax.tree_util.tree_map(
-        lambda x: jnp.take(x, rows.row_ids // n, axis=0), context)
     with nn.logical_axis_rules(_rules_without_data()):
+      # [B, ...] -> what the R_local rows read of their inputs.
+      context_rows = model.row_context(params, context, rows.row_ids, n)
       fns = ModelFns(model.step_fn(params, context_rows))
       return decode_rows(rows, None, None, fns, options)
 

@@ -83,8 +83,8 @@ def memory(compiled) -> dict:
 
 
 def measure(name: str, n: int, batch: int, length: int, source_len: int,
-            repeats: int) -> dict:
-  model = EncoderDecoderModel(preset(name))
+            repeats: int, cross_kv: str = "per_input") -> dict:
+  model = EncoderDecoderModel(preset(name), cross_kv=cross_kv)
   params = model.init(jax.random.PRNGKey(0))
   tokens = jax.random.randint(jax.random.PRNGKey(1), (batch, source_len), 2,
                               model.config.vocab_size)
@@ -110,6 +110,7 @@ def measure(name: str, n: int, batch: int, length: int, source_len: int,
       jax.block_until_ready(out)
       times[method].append((time.perf_counter() - start) / inner)
   record = {"preset": name, "n": n, "batch": batch, "max_decode_len": length,
+            "source_len": source_len, "cross_kv": cross_kv,
             "backend": jax.default_backend()}
   for method in METHODS:
     seconds = statistics.median(times[method])
@@ -141,20 +142,29 @@ def main(argv=None) -> int:
   parser.add_argument("--max-decode-len", type=int, default=16)
   parser.add_argument("--source-len", type=int, default=16)
   parser.add_argument("--repeats", type=int, default=7)
+  parser.add_argument("--cross-kv", default="per_input",
+                      choices=["per_input", "per_sample"],
+                      help="the model's cross-attention keys/values "
+                      "(models.CrossKV); scripts/bench_cross_kv.py compares them")
   parser.add_argument("--out", default=None,
                       help="JSON-lines file: results are appended and reused.")
   args = parser.parse_args(argv)
 
-  done = jsonl.load(args.out, key=lambda r: (r["preset"], r["n"], r["batch"], r["max_decode_len"]))
+  # Records written before the cross_kv option were T5X-style, source 16.
+  record_key = lambda r: (r["preset"], r["n"], r["batch"], r["max_decode_len"],
+                          r.get("source_len", 16),
+                          r.get("cross_kv", "per_sample"))
+  done = jsonl.load(args.out, key=record_key)
   configs = [(p, n) for p in args.presets for n in args.n]
   results = []
   for name, n in tqdm(configs, desc="bench_decode", file=sys.stderr):
-    key = (name, n, args.batch, args.max_decode_len)
+    key = (name, n, args.batch, args.max_decode_len, args.source_len,
+           args.cross_kv)
     if key in done:
       results.append(done[key])
       continue
     record = measure(name, n, args.batch, args.max_decode_len, args.source_len,
-                     args.repeats)
+                     args.repeats, args.cross_kv)
     results.append(record)
     jsonl.append(args.out, record)
   for r in results:

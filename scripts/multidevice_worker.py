@@ -11,6 +11,9 @@ Scenarios:
                (JSON in OUT)
   multihost    one of two processes (4 devices each) of the 2x2x2 topology
   singlehost   the same decode on one process with 8 devices
+  crosskv      per-input vs per-sample cross-attention keys/values, every
+               method, for the cases given as JSON: [[preset, [data, model],
+               batch, N, length, temperature], ...]
 """
 
 import json
@@ -33,7 +36,8 @@ if SCENARIO == "multihost":
   jax.distributed.initialize(f"127.0.0.1:{sys.argv[4]}", num_processes=2,
                              process_id=int(sys.argv[3]))
 
-from arithmetic_decoding.models import EncoderDecoderModel, preset  # noqa: E402
+from arithmetic_decoding.models import (CrossKV,  # noqa: E402
+                                        EncoderDecoderModel, preset)
 from arithmetic_decoding.sharding import (DecodeSetup, Method,  # noqa: E402
                                           make_sharded_decode, shard_params,
                                           to_global)
@@ -55,12 +59,13 @@ def inputs():
   return params, tokens, np.asarray(jax.random.PRNGKey(7))
 
 
-def decode(mesh, method, params, tokens, key, **kw):
-  setup = DecodeSetup(method=method, num_decodes=N, max_decode_len=LENGTH,
+def decode(mesh, method, params, tokens, key, model=MODEL, n=N,
+           length=LENGTH, **kw):
+  setup = DecodeSetup(method=method, num_decodes=n, max_decode_len=length,
                       **kw)
-  fn = make_sharded_decode(MODEL, mesh, setup)
+  fn = make_sharded_decode(model, mesh, setup)
   replicated = NamedSharding(mesh, P())
-  args = (shard_params(params, MODEL, mesh), to_global(tokens, replicated),
+  args = (shard_params(params, model, mesh), to_global(tokens, replicated),
           to_global(key, replicated))
   return fn, args
 
@@ -81,6 +86,31 @@ def run_meshes():
     out, scores = fn(*args)
     results[f"fullcode/{shape[0]}x{shape[1]}/tokens"] = np.asarray(out)
   results["encoder_tokens"] = tokens
+  np.savez(OUT, **results)
+
+
+def run_cross_kv():
+  results = {}
+  for name, shape, batch, n, length, temperature in json.loads(sys.argv[3]):
+    models = {c.value: EncoderDecoderModel(preset(name), cross_kv=c)
+              for c in CrossKV}
+    params = models["per_input"].init(jax.random.PRNGKey(0))
+    vocab = preset(name).vocab_size
+    tokens = np.array(jax.random.randint(jax.random.PRNGKey(1), (batch, 7), 2,
+                                         min(vocab, 1000)))
+    tokens[0, 5:] = 0
+    results[f"{name}/{shape[0]}x{shape[1]}/b{batch}/n{n}/encoder_tokens"] = tokens
+    key = np.asarray(jax.random.PRNGKey(3))
+    mesh = make_mesh(load_topology("v4-1x1x1" if shape == [1, 1] else
+                                   "v4-2x2x2"), tuple(shape))
+    for method in Method:
+      for cross, model in models.items():
+        fn, args = decode(mesh, method, params, tokens, key, model=model, n=n,
+                          length=length, temperature=temperature)
+        out, scores = fn(*args)
+        tag = f"{name}/{shape[0]}x{shape[1]}/b{batch}/n{n}/{method.value}/{cross}"
+        results[tag + "/tokens"] = np.asarray(out)
+        results[tag + "/scores"] = np.asarray(scores)
   np.savez(OUT, **results)
 
 
@@ -199,6 +229,6 @@ def run_hosts():
 
 if __name__ == "__main__":
   {"meshes": run_meshes, "hlo": run_hlo, "multihost": run_hosts,
-   "singlehost": run_hosts}[SCENARIO]()
+   "singlehost": run_hosts, "crosskv": run_cross_kv}[SCENARIO]()
   if SCENARIO == "multihost":
     jax.distributed.shutdown()

@@ -43,8 +43,9 @@ def run(mode, fn, *args, traced=(), **kwargs):
 
 
 def teacher_forced_log_probs(model, params, encoder_tokens, decodes,
-                             eos_id=EOS_ID):
-  """Log-prob of each sequence [B, N, L] from one full pass of `model`.
+                             eos_id=EOS_ID, temperature=1.0):
+  """Log-prob of each sequence [B, N, L] from one full pass of `model`
+  (of the tempered distributions softmax(logits / temperature)).
 
   Counts tokens up to and including the first EOS (padding after it is
   ignored), as the decode functions report them.
@@ -55,7 +56,7 @@ def teacher_forced_log_probs(model, params, encoder_tokens, decodes,
   logits = model.logits(params, jnp.repeat(jnp.asarray(encoder_tokens), n,
                                             axis=0), decoder_inputs)
   # [B*N, L, V] at [B*N, L] -> [B*N, L]
-  token_lp = jnp.take_along_axis(jax.nn.log_softmax(logits),
+  token_lp = jnp.take_along_axis(jax.nn.log_softmax(logits / temperature),
                                  flat[:, :, None], axis=-1)[:, :, 0]
   before_eos = (jnp.cumsum(flat == eos_id, axis=1) - (flat == eos_id)) == 0
   return np.asarray(jnp.sum(jnp.where(before_eos, token_lp, 0.0),

@@ -1,17 +1,50 @@
 """`EncoderDecoderModel`: the T5 module as a functional, T5X-protocol model.
 
 Parameters are passed in, never stored, so every method works inside
-`jax.jit` with sharded parameters. Decoding enters through two methods that
-any model can offer (`sharding.RowModel`): `decode_start` (per input: the
-encoded input, the empty cache) and `step_fn` (T5X's `tokens_to_logits`
-over rows); `decode_inputs` combines them the way T5X's
+`jax.jit` with sharded parameters. Decoding enters through three methods
+that any model can offer (`sharding.RowModel`): `decode_start` (per input:
+the encoded input, the empty cache), `row_context` (what a run of rows
+reads of their inputs) and `step_fn` (T5X's `tokens_to_logits` over rows);
+`decode_inputs` combines them the way T5X's
 `EncoderDecoderModel.predict_batch_with_aux` hands a decode function its
 arguments.
+
+Cross-attention keys and values (`CrossKV`): T5X expands the encoded input
+N-fold, one copy per sample, and projects every decoder layer's keys and
+values from it again at every step. The N samples of an input share that
+input, so by default (`CrossKV.PER_INPUT`) each layer's keys and values are
+projected once per input when decoding starts, and the rows of an input read
+them in place. For mT5-XXL at source length S that is 24 layers x 2
+projections of [S, 4096] x [4096, 4096] per input, once, instead of per
+sample and per step; and 48 x S x 4096 values per input instead of per
+sample. `CrossKV.PER_SAMPLE` keeps T5X's layout (the paper's setting, for
+the Figure 5 study). Both compute the same function:
+
+  >>> from arithmetic_decoding.models.config import preset
+  >>> cfg = preset("tiny")
+  >>> shared = EncoderDecoderModel(cfg)
+  >>> t5x_style = EncoderDecoderModel(cfg, cross_kv="per_sample")
+  >>> params = shared.init(jax.random.PRNGKey(0))
+  >>> tokens = jnp.array([[5, 9, 3, 1]])
+  >>> outs = []
+  >>> for model in (shared, t5x_style):
+  ...   inputs, cache, step = model.decode_inputs(params, tokens, 4, 3)
+  ...   cache = expand_cache(cache, 3, 0, False)
+  ...   state = DecodingState(cur_index=jnp.zeros(3, jnp.int32),
+  ...                         sequences=jnp.zeros((3, 4), jnp.int32),
+  ...                         cur_token=jnp.zeros((3, 1), jnp.int32),
+  ...                         cache=cache)
+  ...   outs.append(step(state)[0])
+  >>> bool(jnp.allclose(outs[0], outs[1], atol=1e-5))
+  True
 """
 
 from __future__ import annotations
 
 from typing import Any, Dict
+
+import enum
+import math
 
 import flax.linen as nn
 import jax
@@ -19,9 +52,45 @@ import jax.numpy as jnp
 
 from arithmetic_decoding.models.config import T5Config
 from arithmetic_decoding.models.t5 import T5, constrain
-from arithmetic_decoding.protocol import expand_rows
+from arithmetic_decoding.protocol import (DecodingState, expand_cache,
+                                          expand_rows)
 
 PyTree = Any
+
+
+class CrossKV(enum.Enum):
+  """Where decoding's cross-attention keys and values come from.
+
+  PER_INPUT: projected once per input when decoding starts; the rows of an
+    input read them (no N-fold copy, no per-step projection). Ours.
+  PER_SAMPLE: T5X's layout: the encoded input copied per row, every layer's
+    keys and values projected from it at every step. The paper's setting.
+  """
+
+  PER_INPUT = "per_input"
+  PER_SAMPLE = "per_sample"
+
+
+def as_cross_kv(value) -> CrossKV:
+  """A `CrossKV` or its value ("per_input" / "per_sample")."""
+  if isinstance(value, CrossKV):
+    return value
+  try:
+    return CrossKV(value)
+  except ValueError:
+    raise ValueError(f"cross_kv must be one of {[c.value for c in CrossKV]}; "
+                     f"got {value!r}.") from None
+
+
+def group_size(num_decodes: int, rows: int) -> int:
+  """Consecutive rows that share one input in every run of `rows` rows that
+  starts at a multiple of `rows` (batch-major rows: row i is of input
+  i // num_decodes).
+
+  >>> group_size(4, 8), group_size(4, 2), group_size(6, 4), group_size(1, 8)
+  (4, 2, 2, 1)
+  """
+  return math.gcd(num_decodes, rows)
 
 
 def init_cache(config: T5Config, batch: int, length: int) -> Dict[str, Any]:
@@ -45,13 +114,17 @@ class EncoderDecoderModel:
     decodes, log_probs = arithmetic_sample(inputs, cache, tokens_to_logits,
                                            eos_id=1, num_decodes=4, topk=0)
 
-  `decode_inputs` expands the encoded input N-fold, as T5X's
-  `EncoderDecoderModel.predict_batch_with_aux` does before it calls the
-  decode function (which expands `inputs` and `cache` itself).
+  With `cross_kv="per_sample"`, `decode_inputs` expands the encoded input
+  N-fold, as T5X's `EncoderDecoderModel.predict_batch_with_aux` does before
+  it calls the decode function (which expands `inputs` and `cache` itself);
+  with the default "per_input" the decode function gets the same
+  (inputs, cache, tokens_to_logits) but tokens_to_logits reads each input's
+  projected keys and values (see `CrossKV`).
   """
 
-  def __init__(self, config: T5Config):
+  def __init__(self, config: T5Config, cross_kv="per_input"):
     self.config = config
+    self.cross_kv = as_cross_kv(cross_kv)
     self.module = T5(config)
 
   def init(self, rng: jax.Array) -> PyTree:
@@ -94,13 +167,42 @@ class EncoderDecoderModel:
     inputs = jnp.zeros((batch, max_decode_len), jnp.int32)
     return inputs, init_cache(self.config, batch, max_decode_len), context
 
+  def row_context(self, params, context, row_ids: jax.Array,
+                  num_decodes: int):
+    """What `step_fn` reads for a run of rows, from the per-input context.
+
+    Args:
+      params: the parameters.
+      context: `decode_start`'s {"encoded": [B, S, D], "mask": [B, S]}.
+      row_ids: int [R]; the rows' global indices (row i decodes input
+        i // num_decodes), consecutive and starting at a multiple of R, as a
+        device's shard of the B * N rows is.
+      num_decodes: N.
+
+    Returns:
+      PER_SAMPLE: each row's own copy, {"encoded": [R, S, D], "mask": [R, S]}.
+      PER_INPUT: {"cross": {"layer_i": {"key", "value": [G, S, H, K]}},
+      "mask": [G, S]} for the G = R / g groups of g = gcd(N, R) consecutive
+      rows that share an input (g = N when the run holds whole inputs;
+      otherwise an input split over runs is projected in each run).
+    """
+    if self.cross_kv is CrossKV.PER_SAMPLE:
+      # [B, ...] -> [R, ...]
+      return jax.tree_util.tree_map(
+          lambda x: jnp.take(x, row_ids // num_decodes, axis=0), context)
+    g = group_size(num_decodes, row_ids.shape[0])
+    inputs = row_ids[::g] // num_decodes  # [G]
+    encoded = jnp.take(context["encoded"], inputs, axis=0)  # [G, S, D]
+    cross = self.module.apply({"params": params}, encoded, method=T5.cross_kv)
+    return {"cross": cross, "mask": jnp.take(context["mask"], inputs, axis=0)}
+
   def step_fn(self, params, context):
-    """The T5X-protocol `tokens_to_logits` over rows of `context` [R, ...]."""
+    """The T5X-protocol `tokens_to_logits` over the rows of `row_context`."""
+    cross = context["cross"] if "cross" in context else context["encoded"]
 
     def tokens_to_logits(state):
-      return self.module.apply({"params": params}, context["encoded"],
-                               context["mask"], state.cur_token,
-                               state.cur_index, state.cache,
+      return self.module.apply({"params": params}, cross, context["mask"],
+                               state.cur_token, state.cur_index, state.cache,
                                method=T5.decode_step)
 
     return tokens_to_logits
@@ -110,15 +212,22 @@ class EncoderDecoderModel:
     """What a T5X decode function takes: (inputs, cache, tokens_to_logits).
 
     `inputs` [B, max_decode_len] are zeros (no prompt); `cache` is for B rows
-    (the decode function expands it); tokens_to_logits works on B*N rows:
-    the encoded input is expanded N-fold here, as T5X's
-    `EncoderDecoderModel.predict_batch_with_aux` does.
+    (the decode function expands it); tokens_to_logits works on the B*N
+    rows, batch-major (as every T5X decode function orders them): with
+    PER_SAMPLE the encoded input is expanded N-fold here, as T5X's
+    `EncoderDecoderModel.predict_batch_with_aux` does; with PER_INPUT the
+    keys and values are projected once per input here.
     """
     inputs, cache, context = self.decode_start(params, encoder_tokens,
                                                max_decode_len)
-    # [B, ...] -> [B*N, ...]
-    rows = {"encoded": constrain(expand_rows(context["encoded"], num_decodes),
-                                  ("batch", "length", "embed")),
-            "mask": constrain(expand_rows(context["mask"], num_decodes),
-                               ("batch", "length"))}
+    if self.cross_kv is CrossKV.PER_SAMPLE:
+      # [B, ...] -> [B*N, ...]
+      rows = {"encoded": constrain(expand_rows(context["encoded"], num_decodes),
+                                    ("batch", "length", "embed")),
+              "mask": constrain(expand_rows(context["mask"], num_decodes),
+                                 ("batch", "length"))}
+    else:
+      rows = self.row_context(
+          params, context,
+          jnp.arange(encoder_tokens.shape[0] * num_decodes), num_decodes)
     return inputs, cache, self.step_fn(params, rows)

@@ -20,7 +20,9 @@ The decode cache is an explicit pytree, batch at axis 0:
 
 written at each row's `cur_index` (so rows may sit at different positions, as
 they do after T5X's `initial_index`). Cross-attention keys and values are
-projected from the encoded input at every step, as T5X's decoder does.
+either projected from the encoded input at every step, as T5X's decoder
+does, or projected once per input (`T5.cross_kv`) and read by all the rows
+of that input (see `DecoderLayer`).
 
 Shapes: B batch, S encoder length, T decoder length, D d_model, H heads,
 K d_kv, F d_ff, V vocabulary.
@@ -29,6 +31,7 @@ K d_kv, F d_ff, V vocabulary.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import flax.linen as nn
 import jax
@@ -214,14 +217,32 @@ class DecoderLayer(nn.Module):
 
   config: T5Config
 
-  @nn.compact
-  def __call__(self, x, self_bias, encoded, cross_bias, cache=None,
-               write_at=None):
-    """x [B, T, D] (T = 1 with a cache); write_at bool [B, Tcache]."""
+  def setup(self):
     cfg = self.config
-    h = RMSNorm(cfg, name="pre_self_attention_norm")(x)
-    self_attention = Attention(cfg, name="self_attention")
-    keys, values = self_attention.project_kv(h)
+    self.pre_self_attention_norm = RMSNorm(cfg)
+    self.self_attention = Attention(cfg)
+    self.pre_cross_attention_norm = RMSNorm(cfg)
+    self.cross_attention = Attention(cfg)
+    self.pre_mlp_norm = RMSNorm(cfg)
+    self.mlp = GatedGeluMlp(cfg)
+
+  def cross_kv(self, encoded):
+    """encoded [B, S, D] -> this layer's cross-attention keys, values [B, S, H, K]."""
+    keys, values = self.cross_attention.project_kv(encoded)
+    return {"key": keys, "value": values}
+
+  def __call__(self, x, self_bias, cross, cross_bias, cache=None,
+               write_at=None):
+    """x [B, T, D] (T = 1 with a cache); write_at bool [B, Tcache].
+
+    `cross` is either the encoded input [B, S, D] (its keys and values are
+    projected here, at every call, as T5X does) or this layer's projected
+    keys and values per input, {"key", "value": [G, S, H, K]}, which the
+    B = G * r rows read in groups of r consecutive rows (`cross_bias`
+    [G, 1, 1, S]): row g * r + j attends to input g.
+    """
+    h = self.pre_self_attention_norm(x)
+    keys, values = self.self_attention.project_kv(h)
     new_cache = None
     if cache is not None:
       # Write this step's key/value at each row's position: [B, 1, H, K] into
@@ -231,13 +252,33 @@ class DecoderLayer(nn.Module):
       values = jnp.where(where, values, cache["value"])
       keys, values = constrain(keys, CACHE_AXES), constrain(values, CACHE_AXES)
       new_cache = {"key": keys, "value": values}
-    x = x + self_attention(h, keys, values, self_bias)
-    h = RMSNorm(cfg, name="pre_cross_attention_norm")(x)
-    cross_attention = Attention(cfg, name="cross_attention")
-    enc_keys, enc_values = cross_attention.project_kv(encoded)
-    x = x + cross_attention(h, enc_keys, enc_values, cross_bias)
-    x = x + GatedGeluMlp(cfg, name="mlp")(RMSNorm(cfg, name="pre_mlp_norm")(x))
+    x = x + self.self_attention(h, keys, values, self_bias)
+    h = self.pre_cross_attention_norm(x)
+    if isinstance(cross, Mapping):
+      x = x + _grouped_attention(self.cross_attention, h, cross, cross_bias)
+    else:
+      enc_keys, enc_values = self.cross_attention.project_kv(cross)
+      x = x + self.cross_attention(h, enc_keys, enc_values, cross_bias)
+    x = x + self.mlp(self.pre_mlp_norm(x))
     return x, new_cache
+
+
+def _grouped_attention(attention: Attention, h, kv, bias):
+  """Rows attend to their group's keys/values: h [G*r, T, D], kv [G, S, H, K].
+
+  The r rows of a group (r * T queries) become the query axis of one
+  attention over the group's keys, so the keys and values are read once
+  per group, never copied per row: [G*r, T, D] -> [G, r*T, D] -> attention
+  -> [G*r, T, D].
+  """
+  rows, length, d = h.shape
+  groups = kv["key"].shape[0]
+  if rows % groups:
+    raise ValueError(f"{rows} rows do not form groups of the {groups} inputs' "
+                     "cross-attention keys/values (rows must be a multiple).")
+  grouped = h.reshape(groups, (rows // groups) * length, d)
+  out = attention(grouped, kv["key"], kv["value"], bias)
+  return out.reshape(rows, length, d)
 
 
 def _padding_bias(key_mask: jax.Array) -> jax.Array:
@@ -309,9 +350,20 @@ class T5(nn.Module):
       x, _ = layer(x, self_bias, encoded, cross_bias)
     return self._logits(x)
 
-  def decode_step(self, encoded, encoder_mask, cur_token, cur_index, cache):
+  def cross_kv(self, encoded):
+    """encoded [B, S, D] -> every decoder layer's cross-attention keys and
+    values: {"layer_i": {"key", "value": [B, S, H, K]}}."""
+    return {f"layer_{i}": layer.cross_kv(encoded)
+            for i, layer in enumerate(self.decoder_layers)}
+
+  def decode_step(self, cross, encoder_mask, cur_token, cur_index, cache):
     """One cached step: cur_token [B, 1] at positions cur_index [B] (or one
     position [] for all rows, as T5X's beam search passes it).
+
+    `cross` is the encoded input per row [B, S, D] with `encoder_mask`
+    [B, S] (keys and values projected at every step, as T5X does), or
+    `cross_kv`'s projected keys and values per input [G, S, H, K] with
+    `encoder_mask` [G, S], read by groups of B / G consecutive rows.
 
     Returns logits [B, V] for the next position and the updated cache.
     """
@@ -327,7 +379,8 @@ class T5(nn.Module):
     new_cache = {}
     for i, layer in enumerate(self.decoder_layers):
       name = f"layer_{i}"
-      x, new_cache[name] = layer(x, self_bias, encoded, cross_bias,
+      layer_cross = cross[name] if isinstance(cross, Mapping) else cross
+      x, new_cache[name] = layer(x, self_bias, layer_cross, cross_bias,
                                  cache=cache[name], write_at=write_at)
     return self._logits(x)[:, 0, :], new_cache
 
