@@ -35,7 +35,8 @@ def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--preset", default="xxl")
   parser.add_argument("--dtype", default="bfloat16")
-  parser.add_argument("--methods", nargs="+", default=["beam", "arithmetic"])
+  parser.add_argument("--methods", nargs="+",
+                      default=["beam", "arithmetic", "arithmetic_shared"])
   parser.add_argument("--lengths", nargs="+", type=int,
                       default=[128, 256, 512, 1024])
   parser.add_argument("--topologies", nargs="+", default=list(TOPOLOGIES))

@@ -29,7 +29,15 @@ from arithmetic_decoding.sharding import (DecodeSetup, make_sharded_decode,
                                           param_shardings)
 from arithmetic_decoding.topology import aot_devices, load_topology, make_mesh
 
-METHODS = ("beam", "arithmetic", "ancestral")
+# Study method -> (decode method, the model's cross-attention keys/values).
+# The paper's setting is T5X's layout ("per_sample"); "arithmetic_shared" is
+# arithmetic sampling with keys/values projected once per input
+# (`models.CrossKV`), our own line beside the paper's.
+VARIANTS = {"beam": ("beam", "per_sample"),
+            "arithmetic": ("arithmetic", "per_sample"),
+            "ancestral": ("ancestral", "per_sample"),
+            "arithmetic_shared": ("arithmetic", "per_input")}
+METHODS = tuple(VARIANTS)
 # The TPU v4 compiler's usable HBM: its out-of-memory message reads "exceeds
 # available HBM (30.75G)" on a 32 GiB chip (measured here, mT5-XXL beam
 # search, N = 128). The 1.25 GiB difference is what libtpu holds back for
@@ -66,7 +74,8 @@ class Point:
 
 def model_of(point: Point) -> EncoderDecoderModel:
   return EncoderDecoderModel(preset(point.preset, dtype=point.dtype,
-                                    param_dtype=point.dtype))
+                                    param_dtype=point.dtype),
+                             cross_kv=VARIANTS[point.method][1])
 
 
 def supported(point: Point) -> Optional[str]:
@@ -124,7 +133,7 @@ def compile_point(point: Point) -> Dict:
   start = time.time()
   try:
     stats = compiled_memory(model, mesh, DecodeSetup(
-        method=point.method, num_decodes=point.n,
+        method=VARIANTS[point.method][0], num_decodes=point.n,
         max_decode_len=point.length), batch=1, source_length=point.length)
   except Exception as error:  # pylint: disable=broad-except
     message = f"{type(error).__name__}: {error}"

@@ -28,7 +28,10 @@ def chips_table(best: Dict, config: SweepConfig) -> List[dict]:
                    "arithmetic": min_chips(best, "arithmetic", length, n,
                                            config.topologies),
                    "arithmetic_batched": batched_chips(
-                       best, length, n, config.topologies[0])})
+                       best, length, n, config.topologies[0]),
+                   "arithmetic_shared": min_chips(best, "arithmetic_shared",
+                                                  length, n,
+                                                  config.topologies)})
   return rows
 
 
@@ -67,13 +70,14 @@ def markdown(best: Dict, records: List[dict], config: SweepConfig,
       lines.append(f"| {method} | {length} | " + " | ".join(cells) + " |")
   lines += ["", "## Minimum chips for N (one parallel step; batched: "
             "independent per-chip decodes)", "",
-            "| L | N | beam | arithmetic | arithmetic batched |",
-            "|---|---|---|---|---|"]
+            "| L | N | beam | arithmetic | arithmetic batched | arithmetic, "
+            "shared K/V |", "|---|---|---|---|---|---|"]
   for row in chips_table(best, config):
     cell = lambda v: "does not fit" if v is None else str(v)
     lines.append(f"| {row['length']} | {row['n']} | {cell(row['beam'])} | "
                  f"{cell(row['arithmetic'])} | "
-                 f"{cell(row['arithmetic_batched'])} |")
+                 f"{cell(row['arithmetic_batched'])} | "
+                 f"{cell(row['arithmetic_shared'])} |")
   errors = model_error(records)
   if errors:
     worst = max(abs(e["error"]) for e in errors)
@@ -132,7 +136,9 @@ def figure(best: Dict, records: List[dict], config: SweepConfig,
     for key, style, label in (("beam", "-o", "beam search"),
                               ("arithmetic", ":s", "arithmetic (one step)"),
                               ("arithmetic_batched", ":^",
-                               "arithmetic (batched)")):
+                               "arithmetic (batched)"),
+                              ("arithmetic_shared", "--d",
+                               "arithmetic, shared K/V (ours)")):
       xs = [r["n"] for r in rows if r[key] is not None]
       ys = [r[key] for r in rows if r[key] is not None]
       ax.plot(xs, ys, style, label=label, markersize=4)
@@ -154,7 +160,7 @@ def figure(best: Dict, records: List[dict], config: SweepConfig,
   hbm = load_topology(first).hbm_bytes_per_chip / _GIB
   for ax, length in zip(axes, config.lengths):
     for method, style in (("beam", "-o"), ("arithmetic", ":s"),
-                          ("ancestral", "x")):
+                          ("ancestral", "x"), ("arithmetic_shared", "--d")):
       pts = sorted((r["n"], r["total_bytes"] / _GIB) for r in records
                    if r["method"] == method and r["length"] == length and
                    r["topology"] == first and "total_bytes" in r)

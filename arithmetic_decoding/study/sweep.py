@@ -33,8 +33,11 @@ class SweepConfig:
 
   Attributes:
     preset, dtype: the model (mT5-XXL in bfloat16).
-    methods: beam search and arithmetic sampling (ancestral sampling is
-      compiled only as a check, at arithmetic's largest N on one chip).
+    methods: beam search and arithmetic sampling in T5X's layout (the
+      paper's), and arithmetic sampling with cross-attention keys/values
+      shared per input ("arithmetic_shared", ours; `models.CrossKV`).
+      Ancestral sampling is compiled only as a check, at arithmetic's
+      largest N on one chip.
     lengths: L, input = output length.
     topologies: from `tpu_configs/`, smallest first.
     max_exp: N up to 2**max_exp (1024).
@@ -42,7 +45,7 @@ class SweepConfig:
 
   preset: str = "xxl"
   dtype: str = "bfloat16"
-  methods: Tuple[str, ...] = ("beam", "arithmetic")
+  methods: Tuple[str, ...] = ("beam", "arithmetic", "arithmetic_shared")
   lengths: Tuple[int, ...] = (128, 256, 512, 1024)
   topologies: Tuple[str, ...] = TOPOLOGIES
   max_exp: int = 10
