@@ -75,7 +75,9 @@ def test_arithmetic_sample_same_through_t5x_and_our_model(t5x_checkpoint):
   # then depend on the last bits of the CDF: see the infer test.)
   t5x_decodes, aux = t5x.predict_batch_with_aux(
       t5x_params, batch, key, num_decodes=num_decodes, return_all_decodes=True)
-  ours = EncoderDecoderModel(config)
+  # T5X's layout (keys/values projected from per-sample copies), so the
+  # two programs do the same float operations.
+  ours = EncoderDecoderModel(config, cross_kv="per_sample")
   inputs, cache, tokens_to_logits = ours.decode_inputs(
       params, ENCODER_TOKENS, TARGET, num_decodes)
   decodes, scores = arithmetic_sample(inputs, cache, tokens_to_logits, 1, key,

@@ -82,7 +82,8 @@ def _our_inputs(records):
 
 def _ours(exported, records, decode_fn, num_decodes, **kwargs):
   config, params = load_t5x_checkpoint(exported[1], expected=None)
-  model = EncoderDecoderModel(config)
+  # T5X's layout, compared with T5X's own (ours per input: test_cross_kv).
+  model = EncoderDecoderModel(config, cross_kv="per_sample")
   inputs, cache, tokens_to_logits = model.decode_inputs(
       params, _our_inputs(records), TARGET_LENGTH, num_decodes)
   return decode_fn(inputs, cache, tokens_to_logits, 1,
