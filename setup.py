@@ -19,7 +19,7 @@ setuptools.setup(
     # The topology files live at the top of the repository (tpu_configs/);
     # installed, they sit inside the package (topology.py looks in both).
     package_dir={"arithmetic_decoding.tpu_configs": "tpu_configs"},
-    package_data={"arithmetic_decoding.tpu_configs": ["*.toml"],
+    package_data={"arithmetic_decoding.tpu_configs": ["*.toml", "other/*.toml"],
                   "arithmetic_decoding": ["assets/*/*"]},
     install_requires=[
         "jax>=0.7",

@@ -56,6 +56,9 @@ class TpuTopology:
     environment: variables that restrict a host to this slice (empty for
       whole hosts).
     mesh_shapes: (data, model) factorisations of `chips` worth trying.
+    chip_config: libtpu's chip configuration for the AOT description
+      ("megacore": one device per v4 / v5p chip; "default" for one-core
+      chips such as v5e and v6e).
   """
 
   name: str
@@ -68,6 +71,7 @@ class TpuTopology:
   accelerator_type: str
   environment: Mapping[str, str]
   mesh_shapes: Tuple[Tuple[int, int], ...]
+  chip_config: str = "megacore"
 
   def __post_init__(self):
     grid = [int(x) for x in self.topology.split("x")]
@@ -96,6 +100,8 @@ def load_topology(name_or_path: str) -> TpuTopology:
   path = pathlib.Path(name_or_path)
   if path.suffix != ".toml":
     path = _config_dir() / f"{name_or_path}.toml"
+    if not path.is_file():  # hardware beyond the paper's (not swept)
+      path = _config_dir() / "other" / f"{name_or_path}.toml"
     if not path.is_file():
       raise ValueError(
           f"topology must be one of {sorted(p.stem for p in _config_dir().glob('*.toml'))}"
@@ -112,7 +118,8 @@ def load_topology(name_or_path: str) -> TpuTopology:
       hbm_bytes_per_chip=int(raw["hbm_gib_per_chip"]) * _GIB,
       accelerator_type=raw["accelerator_type"],
       environment=dict(raw.get("environment", {})),
-      mesh_shapes=tuple(tuple(int(x) for x in s) for s in raw["mesh_shapes"]))
+      mesh_shapes=tuple(tuple(int(x) for x in s) for s in raw["mesh_shapes"]),
+      chip_config=raw.get("chip_config", "megacore"))
 
 
 def aot_devices(topology: TpuTopology) -> Sequence[jax.Device]:
@@ -125,14 +132,18 @@ def aot_devices(topology: TpuTopology) -> Sequence[jax.Device]:
   the CPU.
   """
   from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
-  os.environ.setdefault("TPU_ACCELERATOR_TYPE", "v4-8")
+  # libtpu reads the accelerator type once per process, when it starts: one
+  # generation per process (v4 as a v4-8 host, whatever the slice).
+  os.environ.setdefault("TPU_ACCELERATOR_TYPE",
+                        "v4-8" if topology.generation == "v4" else
+                        topology.accelerator_type)
   # Compiling only: several processes may load libtpu at once (otherwise
   # the second one fails on libtpu's lockfile).
   os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
   desc = topologies.get_topology_desc(
       platform="tpu",
       topology_name=topology.topology_name,
-      chip_config_name="megacore",
+      chip_config_name=topology.chip_config,
       chips_per_host_bounds=topology.chips_per_host_bounds,
       num_slices=1)
   return list(desc.devices)

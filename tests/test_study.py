@@ -183,3 +183,18 @@ def test_measure_mode_on_eight_emulated_devices(tmp_path, mesh):
     assert r["platform"] == "cpu" and r["decode_s"] > 0
     assert r["samples_per_s"] == pytest.approx(8 / r["decode_s"], rel=1e-2)
     assert r["peak_bytes"] is None  # CPU devices report no memory stats
+
+
+def test_other_hardware_topologies_load_but_are_not_swept():
+  """tpu_configs/other/: the calculator's check on v5e, v5p and v6e."""
+  from arithmetic_decoding.topology import available_topologies
+  expected = {"v6e-1x1": ("v6e:1x1", "default", 1, 32, "v6e-1"),
+              "v5e-1x1": ("v5e:1x1", "default", 1, 16, "v5litepod-1"),
+              "v5p-2x2x1": ("v5p:2x2x1", "megacore", 4, 95, "v5p-8")}
+  for name, (desc, chip_config, chips, gib, accel) in expected.items():
+    topo = load_topology(name)
+    assert (topo.topology_name, topo.chip_config, topo.chips,
+            topo.hbm_bytes_per_chip // 2**30, topo.accelerator_type) == (
+                desc, chip_config, chips, gib, accel)
+    assert name not in available_topologies()
+  assert load_topology("v4-1x1x1").chip_config == "megacore"

@@ -1,0 +1,112 @@
+"""Checks the study's memory formula on TPU generations beyond v4 with the
+real compiler: v6e (32 GiB), v5e (16 GiB), v5p (95 GiB).
+
+  python scripts/check_calculator.py --out results/study/other_hardware.jsonl
+
+For each topology of `tpu_configs/other/` (one process each: libtpu reads
+the accelerator type once), each method and length, the formula's largest
+N on the topology's first mesh (`memory_model.analytic_bytes` within the
+usable share of HBM) is compiled for mT5-XXL (bf16) together with 2N, so
+the compiler says whether the formula's answer fits and whether one more
+doubling would; where the formula says nothing fits, N = 1 is compiled.
+Resumable (JSON lines, the study's point records plus the formula's
+bytes); prints JSON and a one-line summary.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+from arithmetic_decoding.cli import jsonl  # noqa: E402
+
+TOPOLOGIES = ("v6e-1x1", "v5e-1x1", "v5p-2x2x1")
+PLAN = {"v6e-1x1": (128, 1024), "v5e-1x1": (128,), "v5p-2x2x1": (1024,)}
+METHODS = ("beam", "arithmetic")
+
+
+def formula_n(config, method, length, mesh, hbm_bytes, max_exp=10):
+  """The formula's largest N = 2**e on `mesh`, or None."""
+  from arithmetic_decoding.study.memory_model import (USABLE_FRACTION,
+                                                      analytic_bytes)
+  best = None
+  for e in range(max_exp + 1):
+    n = 2**e
+    if n % mesh[0]:
+      continue
+    if analytic_bytes(config, method, n, length, mesh)["total"] <= (
+        USABLE_FRACTION * hbm_bytes):
+      best = n
+  return best
+
+
+def run_topology(name: str, out: str) -> None:
+  from arithmetic_decoding.study.memory_model import analytic_bytes
+  from arithmetic_decoding.study.points import Point, compile_point, model_of
+  from arithmetic_decoding.topology import load_topology
+  topo = load_topology(name)
+  mesh = tuple(topo.mesh_shapes[0])
+  points = []
+  for method in METHODS:
+    for length in PLAN[name]:
+      probe = Point("xxl", method, length, name, mesh, 1)
+      config = model_of(probe).config
+      n = formula_n(config, method, length, mesh, topo.hbm_bytes_per_chip)
+      ns = [1] if n is None else [n, 2 * n]
+      points += [(Point("xxl", method, length, name, mesh, k), n) for k in ns]
+
+  def run(item):
+    point, predicted = item
+    record = compile_point(point)
+    analytic = analytic_bytes(model_of(point).config, point.method, point.n,
+                              point.length, point.mesh)["total"]
+    return dict(record, analytic_bytes=int(analytic), formula_n=predicted)
+
+  jsonl.run_missing(out, points, lambda r: (Point.of(r), r["formula_n"]), run,
+                    desc=f"check_calculator {name}")
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--topologies", nargs="+", default=list(TOPOLOGIES))
+  parser.add_argument("--out", default="results/study/other_hardware.jsonl")
+  parser.add_argument("--one", default=None, help=argparse.SUPPRESS)
+  args = parser.parse_args(argv)
+  if args.one:
+    run_topology(args.one, args.out)
+    return 0
+  for name in args.topologies:
+    subprocess.run([sys.executable, __file__, "--one", name, "--out",
+                    args.out], check=True)
+  records = [json.loads(line) for line in open(args.out) if line.strip()]
+  summary = []
+  for r in records:
+    compiled = r.get("total_bytes")
+    summary.append({
+        "topology": r["topology"], "method": r["method"],
+        "length": r["length"], "n": r["n"], "formula_n": r["formula_n"],
+        "compiled_gib": None if compiled is None else round(compiled / 2**30, 2),
+        "formula_gib": round(r["analytic_bytes"] / 2**30, 2),
+        "error": (None if compiled is None else
+                  round(r["analytic_bytes"] / compiled - 1, 3)),
+        "fits": r["fits"],
+        "compiler_limit_gib": (None if not r.get("compiler_limit_bytes") else
+                               round(r["compiler_limit_bytes"] / 2**30, 2))})
+  for s in summary:
+    print(json.dumps(s))
+  agree = sum(1 for s in summary
+              if s["fits"] == (s["formula_n"] is not None and
+                               s["n"] <= s["formula_n"]))
+  errors = [abs(s["error"]) for s in summary if s["error"] is not None]
+  print(f"check_calculator: the formula's fit decision agrees with the "
+        f"compiler at {agree} of {len(summary)} points; bytes error on the "
+        f"{len(errors)} compiled points: worst "
+        f"{100 * max(errors or [0]):.1f} %")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
