@@ -24,7 +24,6 @@ import argparse
 import json
 import statistics
 import sys
-import time
 
 import jax
 import numpy as np
@@ -35,7 +34,8 @@ from arithmetic_decoding.cli import jsonl
 from arithmetic_decoding.models import CrossKV, EncoderDecoderModel, preset
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from bench_decode import EOS, loop_steps, memory  # noqa: E402
+from bench_decode import (EOS, loop_steps, memory,  # noqa: E402
+                          time_alternately)
 
 LAYOUTS = tuple(c.value for c in CrossKV)
 
@@ -67,17 +67,7 @@ def measure(name: str, method: str, n: int, batch: int, length: int,
         params, tokens, key).compile()
     fns[layout], mems[layout] = compiled, memory(compiled)
     outs[layout] = jax.block_until_ready(compiled(params, tokens, key))
-  start = time.perf_counter()
-  jax.block_until_ready(fns["per_sample"](params, tokens, key))
-  inner = max(1, int(0.05 / (time.perf_counter() - start)))
-  times = {layout: [] for layout in LAYOUTS}
-  for _ in range(repeats):  # alternate, so drifts hit both alike
-    for layout in LAYOUTS:
-      start = time.perf_counter()
-      for _ in range(inner):
-        out = fns[layout](params, tokens, key)
-      jax.block_until_ready(out)
-      times[layout].append((time.perf_counter() - start) / inner)
+  times = time_alternately(fns, (params, tokens, key), repeats, "per_sample")
   record = {"preset": name, "method": method, "n": n, "batch": batch,
             "max_decode_len": length, "source_len": source_len,
             "backend": jax.default_backend()}

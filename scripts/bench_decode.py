@@ -82,6 +82,26 @@ def memory(compiled) -> dict:
           "temp_mb": round(stats.temp_size_in_bytes / 2**20, 2)}
 
 
+def time_alternately(fns: dict, args: tuple, repeats: int, reference: str
+                     ) -> dict:
+  """{name: [seconds per call] * repeats} for compiled functions called on
+  the same `args`, timed in turn so that drifts hit all alike."""
+  # Calls per timing sample: enough for ~50 ms (timed on `reference`), so
+  # fast decodes are not dominated by timer and dispatch noise.
+  start = time.perf_counter()
+  jax.block_until_ready(fns[reference](*args))
+  inner = max(1, int(0.05 / (time.perf_counter() - start)))
+  times = {name: [] for name in fns}
+  for _ in range(repeats):
+    for name, fn in fns.items():
+      start = time.perf_counter()
+      for _ in range(inner):
+        out = fn(*args)
+      jax.block_until_ready(out)
+      times[name].append((time.perf_counter() - start) / inner)
+  return times
+
+
 def measure(name: str, n: int, batch: int, length: int, source_len: int,
             repeats: int, cross_kv: str = "per_input") -> dict:
   model = EncoderDecoderModel(preset(name), cross_kv=cross_kv)
@@ -96,19 +116,7 @@ def measure(name: str, n: int, batch: int, length: int, source_len: int,
     mems[method] = memory(compiled)
     fns[method] = compiled
     outs[method] = jax.block_until_ready(compiled(params, tokens, key))
-  # Calls per timing sample: enough for ~50 ms, so fast decodes are not
-  # dominated by timer and dispatch noise.
-  start = time.perf_counter()
-  jax.block_until_ready(fns["ancestral"](params, tokens, key))
-  inner = max(1, int(0.05 / (time.perf_counter() - start)))
-  times = {m: [] for m in METHODS}
-  for _ in range(repeats):  # alternate, so drifts hit all methods alike
-    for method in METHODS:
-      start = time.perf_counter()
-      for _ in range(inner):
-        out = fns[method](params, tokens, key)
-      jax.block_until_ready(out)
-      times[method].append((time.perf_counter() - start) / inner)
+  times = time_alternately(fns, (params, tokens, key), repeats, "ancestral")
   record = {"preset": name, "n": n, "batch": batch, "max_decode_len": length,
             "source_len": source_len, "cross_kv": cross_kv,
             "backend": jax.default_backend()}
