@@ -34,7 +34,7 @@ from arithmetic_decoding.cli import jsonl
 from arithmetic_decoding.models import CrossKV, EncoderDecoderModel, preset
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from bench_decode import (EOS, loop_steps, memory,  # noqa: E402
+from bench_decode import (EOS, compile_all, loop_steps,  # noqa: E402
                           time_alternately)
 
 LAYOUTS = tuple(c.value for c in CrossKV)
@@ -61,12 +61,9 @@ def measure(name: str, method: str, n: int, batch: int, length: int,
   tokens = jax.random.randint(jax.random.PRNGKey(1), (batch, source_len), 2,
                               config.vocab_size)
   key = jax.random.PRNGKey(2)
-  fns, outs, mems = {}, {}, {}
-  for layout, model in models.items():
-    compiled = make_decode(model, method, n, length).lower(
-        params, tokens, key).compile()
-    fns[layout], mems[layout] = compiled, memory(compiled)
-    outs[layout] = jax.block_until_ready(compiled(params, tokens, key))
+  fns, outs, mems = compile_all(
+      {c: make_decode(m, method, n, length) for c, m in models.items()},
+      (params, tokens, key))
   times = time_alternately(fns, (params, tokens, key), repeats, "per_sample")
   record = {"preset": name, "method": method, "n": n, "batch": batch,
             "max_decode_len": length, "source_len": source_len,

@@ -82,6 +82,17 @@ def memory(compiled) -> dict:
           "temp_mb": round(stats.temp_size_in_bytes / 2**20, 2)}
 
 
+def compile_all(jitted: dict, args: tuple):
+  """Compiles each jitted function for `args` and runs it once: its compiled
+  function, outputs and memory, each a dict by name."""
+  fns, outs, mems = {}, {}, {}
+  for name, fn in jitted.items():
+    fns[name] = fn.lower(*args).compile()
+    mems[name] = memory(fns[name])
+    outs[name] = jax.block_until_ready(fns[name](*args))
+  return fns, outs, mems
+
+
 def time_alternately(fns: dict, args: tuple, repeats: int, reference: str
                      ) -> dict:
   """{name: [seconds per call] * repeats} for compiled functions called on
@@ -109,13 +120,9 @@ def measure(name: str, n: int, batch: int, length: int, source_len: int,
   tokens = jax.random.randint(jax.random.PRNGKey(1), (batch, source_len), 2,
                               model.config.vocab_size)
   key = jax.random.PRNGKey(2)
-  fns, outs, mems = {}, {}, {}
-  for method in METHODS:
-    jitted = make_decode(model, method, n, length)
-    compiled = jitted.lower(params, tokens, key).compile()
-    mems[method] = memory(compiled)
-    fns[method] = compiled
-    outs[method] = jax.block_until_ready(compiled(params, tokens, key))
+  fns, outs, mems = compile_all(
+      {m: make_decode(model, m, n, length) for m in METHODS},
+      (params, tokens, key))
   times = time_alternately(fns, (params, tokens, key), repeats, "ancestral")
   record = {"preset": name, "n": n, "batch": batch, "max_decode_len": length,
             "source_len": source_len, "cross_kv": cross_kv,
