@@ -71,7 +71,7 @@ def measure_point(model, params, mesh, method: str, n: int, length: int,
           "mesh": [int(mesh.shape["data"]), int(mesh.shape["model"])],
           "platform": mesh.devices.flat[0].platform,
           "device_kind": mesh.devices.flat[0].device_kind,
-          "first_call_s": round(first, 3), "decode_s": round(seconds, 4),
+          "first_call_s": round(first, 3), "decode_s": round(seconds, 6),
           "samples_per_s": round(n / seconds, 3),
           "peak_bytes": peak_bytes(mesh.devices.flat)}
 
