@@ -190,6 +190,13 @@ def run_hlo():
     fn, args = decode(mesh, method, params, tokens, key)
     hlo = fn.lower(*args).compile().as_text()
     report[method.value] = collectives(hlo)
+  # T5X's cross-attention layout: its per-step projection of the keys and
+  # values is loop-invariant, so XLA may hoist it (compare the loops' dots).
+  per_sample = EncoderDecoderModel(preset("tiny"), cross_kv=CrossKV.PER_SAMPLE)
+  fn, args = decode(mesh, Method.ARITHMETIC, params, tokens, key,
+                    model=per_sample)
+  report["arithmetic_per_sample"] = collectives(
+      fn.lower(*args).compile().as_text())
   # For contrast: the same arithmetic loop under plain jit (GSPMD), rows
   # sharded over data: its global stopping test is an all-reduce per step.
   from arithmetic_decoding import arithmetic_sample

@@ -64,7 +64,10 @@ class CrossKV(enum.Enum):
   PER_INPUT: projected once per input when decoding starts; the rows of an
     input read them (no N-fold copy, no per-step projection). Ours.
   PER_SAMPLE: T5X's layout: the encoded input copied per row, every layer's
-    keys and values projected from it at every step. The paper's setting.
+    keys and values projected from it at every step (XLA hoists that
+    loop-invariant projection out of the decode loop, so in the compiled
+    program it runs once per row and N copies stay live). The paper's
+    setting.
   """
 
   PER_INPUT = "per_input"
