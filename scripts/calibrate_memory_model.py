@@ -1,14 +1,16 @@
-"""Fits the memory model's per-method constants on mT5-small compiles.
+"""Fits the memory model's logit copies on mT5-small compiles.
 
   python scripts/calibrate_memory_model.py --out results/study/calibration.jsonl
 
 Compiles (AOT, TPU v4 compiler) a grid of mT5-small decodes (beam search and
 arithmetic sampling; N, L and meshes varied), then fits, per method,
-compiled temporaries ~ a * (one copy of the self-attention cache) +
-b * (the cross-attention keys/values of all layers) + c * (one copy of the
-[rows, V/M] float32 logits) by least squares. The constants go into
-`study/memory_model.py` (FITTED); the XXL sweep then tests them out of
-sample. Resumable (JSON lines); prints JSON and a one-line summary.
+compiled temporaries ~ a * (one key/value unit) + b * (one copy of the
+[rows, V/M] float32 logits) by least squares. b is the formula's logit
+copies (`memory_model.FITTED.logit_copies`: at XXL's sizes the logits are
+too small to fit there); the key/value copies are fitted on the XXL sweep
+itself (`scripts/fit_memory_model.py`), for which these 20 points are an
+out-of-sample check. Resumable (JSON lines); prints JSON and a one-line
+summary.
 """
 
 import argparse
@@ -54,8 +56,9 @@ def main(argv=None) -> int:
     coef, *_ = np.linalg.lstsq(x, y, rcond=None)
     fitted[method] = [round(float(c), 3) for c in coef]
   print(json.dumps({"fitted": fitted, "points": len(done)}))
-  print("calibration: " + "; ".join(f"{m}: cache x{c[0]}, cross k/v x{c[1]}, "
-                                    f"logits x{c[2]}" for m, c in fitted.items()))
+  print("calibration: " + "; ".join(f"{m}: key/value units x{c[0]}, "
+                                    f"logits x{c[1]}"
+                                    for m, c in fitted.items()))
   return 0
 
 

@@ -5,12 +5,14 @@ real compiler: v6e (32 GiB), v5e (16 GiB), v5p (95 GiB).
 
 For each topology of `tpu_configs/other/` (one process each: libtpu reads
 the accelerator type once), each method and length, the formula's largest
-N on the topology's first mesh (`memory_model.analytic_bytes` within the
-usable share of HBM) is compiled for mT5-XXL (bf16) together with 2N, so
+N on the topology's first mesh (`memory_model.fits`) is compiled for mT5-XXL (bf16) together with 2N, so
 the compiler says whether the formula's answer fits and whether one more
 doubling would; where the formula says nothing fits, N = 1 is compiled.
 Resumable (JSON lines, the study's point records plus the formula's
-bytes); prints JSON and a one-line summary.
+bytes when compiled). The printed summary recomputes the formula for every
+record (`--report_only`: compile nothing), so after a refit of the
+formula it checks the same compiled points, which an earlier formula may
+have chosen; prints JSON and a one-line summary.
 """
 
 import argparse
@@ -30,15 +32,13 @@ METHODS = ("beam", "arithmetic")
 
 def formula_n(config, method, length, mesh, hbm_bytes, max_exp=10):
   """The formula's largest N = 2**e on `mesh`, or None."""
-  from arithmetic_decoding.study.memory_model import (USABLE_FRACTION,
-                                                      analytic_bytes)
+  from arithmetic_decoding.study.memory_model import fits
   best = None
   for e in range(max_exp + 1):
     n = 2**e
     if n % mesh[0]:
       continue
-    if analytic_bytes(config, method, n, length, mesh)["total"] <= (
-        USABLE_FRACTION * hbm_bytes):
+    if fits(config, method, n, length, mesh, hbm_bytes):
       best = n
   return best
 
@@ -69,37 +69,50 @@ def run_topology(name: str, out: str) -> None:
                     desc=f"check_calculator {name}")
 
 
+def summarise(r: dict) -> dict:
+  """A record against the current formula (recomputed: the records keep
+  only what the compiler said)."""
+  from arithmetic_decoding.study.memory_model import analytic_bytes, fits
+  from arithmetic_decoding.study.points import Point, model_of
+  point = Point.of(r)
+  config = model_of(point).config
+  formula = analytic_bytes(config, point.method, point.n, point.length,
+                           point.mesh, memory=r["hbm_bytes"])["total"]
+  compiled = r.get("total_bytes")
+  return {
+      "topology": r["topology"], "method": r["method"], "length": r["length"],
+      "n": r["n"], "compiled_gib": (None if compiled is None else
+                                    round(compiled / 2**30, 2)),
+      "formula_gib": round(formula / 2**30, 2),
+      "error": None if compiled is None else round(formula / compiled - 1, 3),
+      "fits": r["fits"],
+      "formula_fits": fits(config, point.method, point.n, point.length,
+                           point.mesh, r["hbm_bytes"]),
+      "formula_n": formula_n(config, point.method, point.length, point.mesh,
+                             r["hbm_bytes"]),
+      "compiler_limit_gib": (None if not r.get("compiler_limit_bytes") else
+                             round(r["compiler_limit_bytes"] / 2**30, 2))}
+
+
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--topologies", nargs="+", default=list(TOPOLOGIES))
   parser.add_argument("--out", default="results/study/other_hardware.jsonl")
   parser.add_argument("--one", default=None, help=argparse.SUPPRESS)
+  parser.add_argument("--report_only", action="store_true",
+                      help="compile nothing: the summary of the records")
   args = parser.parse_args(argv)
   if args.one:
     run_topology(args.one, args.out)
     return 0
-  for name in args.topologies:
+  for name in [] if args.report_only else args.topologies:
     subprocess.run([sys.executable, __file__, "--one", name, "--out",
                     args.out], check=True)
   records = [json.loads(line) for line in open(args.out) if line.strip()]
-  summary = []
-  for r in records:
-    compiled = r.get("total_bytes")
-    summary.append({
-        "topology": r["topology"], "method": r["method"],
-        "length": r["length"], "n": r["n"], "formula_n": r["formula_n"],
-        "compiled_gib": None if compiled is None else round(compiled / 2**30, 2),
-        "formula_gib": round(r["analytic_bytes"] / 2**30, 2),
-        "error": (None if compiled is None else
-                  round(r["analytic_bytes"] / compiled - 1, 3)),
-        "fits": r["fits"],
-        "compiler_limit_gib": (None if not r.get("compiler_limit_bytes") else
-                               round(r["compiler_limit_bytes"] / 2**30, 2))})
+  summary = [summarise(r) for r in records]
   for s in summary:
     print(json.dumps(s))
-  agree = sum(1 for s in summary
-              if s["fits"] == (s["formula_n"] is not None and
-                               s["n"] <= s["formula_n"]))
+  agree = sum(1 for s in summary if s["fits"] == s["formula_fits"])
   errors = [abs(s["error"]) for s in summary if s["error"] is not None]
   print(f"check_calculator: the formula's fit decision agrees with the "
         f"compiler at {agree} of {len(summary)} points; bytes error on the "

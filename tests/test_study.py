@@ -199,3 +199,77 @@ def test_other_hardware_topologies_load_but_are_not_swept():
                 desc, chip_config, chips, gib, accel)
     assert name not in available_topologies()
   assert load_topology("v4-1x1x1").chip_config == "megacore"
+
+
+def _formula_errors(records):
+  from arithmetic_decoding.study.memory_model import analytic_bytes
+  from arithmetic_decoding.study.points import model_of
+  out = []
+  for r in records:
+    point = Point.of(r)
+    total = analytic_bytes(model_of(point).config, point.method, point.n,
+                           point.length, point.mesh,
+                           memory=r["hbm_bytes"])["total"]
+    out.append((point, total / r["total_bytes"] - 1))
+  return out
+
+
+def test_memory_model_within_10_percent_of_every_compiled_xxl_point():
+  """The issue's goal, on the committed sweep (the formula's copy counts
+  were fitted on these points: scripts/fit_memory_model.py reports how far
+  they carry to points left out)."""
+  records = [json.loads(line) for line in
+             open(ROOT / "results" / "study" / "points.jsonl")]
+  compiled = [r for r in records if r["preset"] == "xxl" and
+              not r.get("error") and "total_bytes" in r]
+  errors = _formula_errors(compiled)
+  assert len({p.key() for p, _ in errors}) >= 250
+  worst = max(errors, key=lambda pe: abs(pe[1]))
+  assert abs(worst[1]) <= 0.10, worst
+
+
+def test_memory_model_squeezes_only_near_the_limit():
+  """Natural copies while the total leaves room; the squeezed count where
+  the natural schedule would come within squeeze_at of the usable memory."""
+  from arithmetic_decoding.models import preset
+  from arithmetic_decoding.study import memory_model as mm
+  xxl = preset("xxl", dtype="bfloat16", param_dtype="bfloat16")
+  unit = mm.features(xxl, 64, 128, (1, 2))[0]  # 1.5 GiB
+  parts = mm.analytic_bytes(xxl, "arithmetic", 64, 128, (1, 2))
+  copies = mm.FITTED.kv_copies[("arithmetic", "single")]
+  assert parts["keys_values"] == int(copies.natural * unit)
+  parts = mm.analytic_bytes(xxl, "arithmetic", 256, 128, (1, 2))
+  assert parts["keys_values"] == int(copies.squeezed * 4 * unit)
+  # On a device with room for the natural schedule, no squeeze.
+  parts = mm.analytic_bytes(xxl, "arithmetic", 256, 128, (1, 2),
+                            memory=95 * 2**30)
+  assert parts["keys_values"] == int(copies.natural * 4 * unit)
+
+
+@pytest.mark.skipif(not HAS_LIBTPU, reason="libtpu is not installed")
+def test_memory_model_on_mt5_small_compiled_now():
+  """Out of sample: mT5-small (fitted on XXL), compiled now by the TPU v4
+  compiler, within the README's stated 20 %. The tiny preset has no such
+  bound: its buffers are a few MiB, padded to TPU tiles (arguments 2-4x
+  the parameter bytes) and dominated by the program's own code."""
+  script = (
+      "import json, sys\n"
+      "from arithmetic_decoding.study.points import Point, compile_point\n"
+      "for m, L, mesh, n in [('arithmetic', 128, (1, 1), 64),"
+      " ('beam', 512, (1, 2), 32)]:\n"
+      "  topo = 'v4-1x1x1' if mesh == (1, 1) else 'v4-1x2x1'\n"
+      "  print(json.dumps(compile_point(Point('small', m, L, topo, mesh, n))))\n")
+  env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu",
+             TPU_ACCELERATOR_TYPE="v4-8")
+  env.pop("XLA_FLAGS", None)
+  proc = subprocess.run([sys.executable, "-c", script], env=env, cwd=ROOT,
+                        capture_output=True, text=True, timeout=1200)
+  assert proc.returncode == 0, proc.stderr[-4000:]
+  records = [json.loads(line) for line in proc.stdout.splitlines()
+             if line.startswith("{")]
+  assert len(records) == 2 and not any(r["error"] for r in records)
+  committed = [json.loads(line) for line in
+               open(ROOT / "results" / "study" / "calibration.jsonl")]
+  assert len(committed) == 20
+  for point, error in _formula_errors(records + committed):
+    assert abs(error) <= 0.20, (point, error)

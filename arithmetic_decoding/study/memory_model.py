@@ -7,18 +7,36 @@ rows per chip and M model shards:
   parameters    every array / M where one of its axes is sharded over
                 `model` (heads, feed-forward, vocabulary; LOGICAL_AXIS_RULES),
                 whole where not (replicated over `data`): exact
-  keys/values   copies of 2 x layers x R x L x heads/M x d_kv: the
-                self-attention cache (carried and rewritten by the loop,
-                reordered by gathers in beam search) and the cross-attention
-                keys/values of every layer (XLA hoists their projection out
-                of the loop)
+  keys/values   copies of one key/value unit, 2 x layers x R x L x
+                heads/M x d_kv: the self-attention cache (carried and
+                rewritten by the loop, reordered by gathers in beam search)
+                and, in T5X's layout, the cross-attention keys/values of
+                every layer (XLA hoists their projection out of the loop);
+                with keys/values per input (`models.CrossKV`) the cross part
+                counts per input, not per row
   logits        copies of [R, V/M] float32 (logits and the step's [R, V]
                 temporaries; beam search's K x V candidate scores)
   encoder pass  attention scores and activations of the encoder, which
                 runs before the loop: counted only where larger
 
-The copy counts per method are fitted on mT5-small compiles (FITTED); their
-error against the compiled mT5-XXL points is reported by the study.
+How many key/value copies the compiled program keeps is the compiler's
+choice, and the TPU v4 compiler makes two (the XXL sweep shows both):
+
+  natural       with room to spare: a fixed count per method and program
+                (beam search keeps ~8 when one program holds all of an
+                input's rows, data = 1, ~5 when the rows are split over
+                `data`; arithmetic sampling ~4.6 and ~3.3)
+  squeezed      when the natural schedule would come within SQUEEZE_AT of
+                the usable memory, the compiler rematerialises down to a
+                smaller count (~4.6 and ~3.7 for beam search, ~3.2 and
+                ~2.9 for arithmetic sampling) and the program still fits
+
+so the formula takes the natural count where it leaves room and the
+squeezed count where not. The counts are fitted (minimax relative error)
+on the compiled mT5-XXL sweep by `python scripts/fit_memory_model.py`,
+which also cross-validates them (leave one length / one topology out) and
+checks them on mT5-small and on other TPU generations; all of it is in the
+README.
 
   >>> from arithmetic_decoding.models import preset
   >>> parts = analytic_bytes(preset("xxl", dtype="bfloat16",
@@ -29,8 +47,9 @@ error against the compiled mT5-XXL points is reported by the study.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-from typing import Dict, Tuple
+from typing import Dict, Mapping, Tuple
 
 import jax
 import numpy as np
@@ -38,19 +57,67 @@ import numpy as np
 from arithmetic_decoding.models import EncoderDecoderModel, T5Config
 from arithmetic_decoding.sharding import LOGICAL_AXIS_RULES
 
-# Copies of (all layers' keys/values for the rows, the rows' float32 logits)
-# in the compiled temporaries, fitted by least squares on 20 mT5-small
-# compiles (`python scripts/calibrate_memory_model.py`); tested out of sample
-# on the mT5-XXL sweep.
-FITTED = {"beam": (8.37, 0.545), "arithmetic": (3.95, 2.115)}
-# Arithmetic sampling with keys/values shared per input (`models.CrossKV`):
-# not fitted. In T5X's layout half of the key/value copies are taken to be
-# the self-attention cache and half the cross-attention keys/values (the
-# two are the same size at input length = output length); sharing keeps the
-# cache copies per row and makes the cross copies per input. Its error
-# against the compiled points is in the study's report.
-SHARED_KV_COPIES = (FITTED["arithmetic"][0] / 2, FITTED["arithmetic"][0] / 2)
 _MODEL_AXES = {name for name, axis in LOGICAL_AXIS_RULES if axis == "model"}
+V4_HBM_BYTES = 32 * 2**30
+# Usable share of a device's memory: the TPU v4 compiler's 30.75 of 32 GiB.
+USABLE_FRACTION = 30.75 / 32
+
+
+@dataclasses.dataclass(frozen=True)
+class Copies:
+  """Key/value units the compiled program keeps: with room to spare
+  (`natural`) and when squeezed near the limit (`squeezed`)."""
+
+  natural: float
+  squeezed: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Constants:
+  """The formula's fitted constants.
+
+  Attributes:
+    kv_copies: {(method, program): Copies}; method "beam", "arithmetic"
+      (T5X's layout; ancestral sampling uses it too) or "arithmetic_shared"
+      (cache copies per row); program "single" (data = 1) or "split"
+      (data > 1).
+    shared_cross_copies: with keys/values per input, copies of the cross
+      keys/values per input held on the chip (a unit's worth per input).
+    logit_copies: {method: copies of the [R, V/M] float32 logits}.
+    squeeze_at: the natural schedule is kept while its total is at most
+      this share of the usable memory.
+  """
+
+  kv_copies: Mapping[Tuple[str, str], Copies]
+  shared_cross_copies: float
+  logit_copies: Mapping[str, float]
+  squeeze_at: float
+
+
+FITTED = Constants(
+    kv_copies={
+        ("beam", "single"): Copies(7.8, 4.65),
+        ("beam", "split"): Copies(5.1, 3.65),
+        ("arithmetic", "single"): Copies(4.6, 3.25),
+        ("arithmetic", "split"): Copies(3.25, 3.05),
+        ("arithmetic_shared", "single"): Copies(2.1, 2.05),
+        ("arithmetic_shared", "split"): Copies(2.05, 2.05),
+    },
+    shared_cross_copies=0.4,
+    logit_copies={"beam": 0.545, "arithmetic": 2.115,
+                  "arithmetic_shared": 2.115},
+    squeeze_at=0.97)
+
+
+def formula_method(method: str) -> str:
+  """The constants' method: ancestral sampling is arithmetic's program but
+  for the chooser."""
+  return "arithmetic" if method == "ancestral" else method
+
+
+def program(mesh: Tuple[int, int]) -> str:
+  """"single" when one program holds all rows (data = 1), else "split"."""
+  return "single" if mesh[0] == 1 else "split"
 
 
 @functools.lru_cache(maxsize=None)
@@ -70,11 +137,11 @@ def parameter_bytes(config: T5Config, model_shards: int) -> int:
 
 def features(config: T5Config, n: int, length: int, mesh: Tuple[int, int],
              batch: int = 1) -> Tuple[int, int]:
-  """Bytes per chip of (1) one copy of all decoder layers' keys and values
-  for the rows at length L -- the self-attention cache, and as much again
-  for the cross-attention keys/values, which XLA hoists out of the loop
-  (loop-invariant); with input length = output length the two cannot be
-  told apart -- and (2) one copy of the [rows, V/M] float32 logits."""
+  """Bytes per chip of (1) one key/value unit -- all decoder layers' keys
+  and values for the chip's rows at length L, the size of the
+  self-attention cache (and of T5X's cross-attention keys/values at input
+  length = output length) -- and (2) one copy of the [rows, V/M] float32
+  logits."""
   data, shards = mesh
   act = np.dtype(config.activation_dtype).itemsize
   rows = max(1, batch * n // data)
@@ -84,25 +151,29 @@ def features(config: T5Config, n: int, length: int, mesh: Tuple[int, int],
 
 
 def analytic_bytes(config: T5Config, method: str, n: int, length: int,
-                   mesh: Tuple[int, int], batch: int = 1) -> Dict[str, int]:
-  """Per-chip bytes by component, and their "total"."""
+                   mesh: Tuple[int, int], batch: int = 1,
+                   memory: int = V4_HBM_BYTES,
+                   constants: Constants = FITTED) -> Dict[str, int]:
+  """Per-chip bytes by component, and their "total", on a device of
+  `memory` bytes (which decides natural or squeezed copies)."""
   kv_bytes, logit_bytes = features(config, n, length, mesh, batch)
-  kv_copies, logit_copies = FITTED["beam" if method == "beam" else
-                                   "arithmetic"]
+  method = formula_method(method)
+  copies = constants.kv_copies[(method, program(mesh))]
+  cross = 0.0
   if method == "arithmetic_shared":
     # The chip's rows hold ceil(rows / N) inputs' cross keys/values (one
     # per chip for batch 1), not one per row.
     rows = max(1, batch * n // mesh[0])
-    inputs = -(-rows // n)
-    cache_copies, cross_copies = SHARED_KV_COPIES
-    kv_bytes = kv_bytes * (cache_copies + cross_copies * inputs / rows)
-    kv_copies = 1.0
+    cross = constants.shared_cross_copies * kv_bytes * -(-rows // n) / rows
   shards = mesh[1]
   heads = -(-config.num_heads // shards)
   act = np.dtype(config.activation_dtype).itemsize
   parts = {"parameters": parameter_bytes(config, shards),
-           "keys_values": int(kv_copies * kv_bytes),
-           "logits": int(logit_copies * logit_bytes)}
+           "keys_values": int(copies.natural * kv_bytes + cross),
+           "logits": int(constants.logit_copies[method] * logit_bytes)}
+  if (sum(parts.values()) >
+      constants.squeeze_at * USABLE_FRACTION * memory):
+    parts["keys_values"] = int(copies.squeezed * kv_bytes + cross)
   # The encoder runs before the loop: its attention scores and activations
   # count only where they exceed the loop's working memory.
   encoder = (batch * heads * length * length * 4 +
@@ -111,6 +182,14 @@ def analytic_bytes(config: T5Config, method: str, n: int, length: int,
                               parts["logits"])
   parts["total"] = sum(parts.values())
   return parts
+
+
+def fits(config: T5Config, method: str, n: int, length: int,
+         mesh: Tuple[int, int], memory: int) -> bool:
+  """The formula's fit decision on a device of `memory` bytes."""
+  total = analytic_bytes(config, method, n, length, mesh,
+                         memory=memory)["total"]
+  return total <= USABLE_FRACTION * memory
 
 
 # Memory per chip of hardware we cannot compile for (bytes): the question
@@ -123,9 +202,6 @@ HARDWARE = {
     "GPU 80 GB": 80 * 10**9,
     "GPU 141 GB": 141 * 10**9,
 }
-
-# Usable share of a device's memory: the TPU v4 compiler's 30.75 of 32 GiB.
-USABLE_FRACTION = 30.75 / 32
 
 
 def calculator(config: T5Config, method: str, length: int, memory: int,
@@ -146,8 +222,8 @@ def calculator(config: T5Config, method: str, length: int, memory: int,
     for chips in chip_counts:
       splits = [(d, chips // d) for d in range(1, chips + 1)
                 if chips % d == 0 and n % d == 0]
-      if any(analytic_bytes(config, method, n, length, split)["total"] <=
-             USABLE_FRACTION * memory for split in splits):
+      if any(fits(config, method, n, length, split, memory)
+             for split in splits):
         out[n] = chips
         break
   return out

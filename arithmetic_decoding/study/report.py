@@ -43,7 +43,8 @@ def model_error(records: List[dict]) -> List[dict]:
       continue
     point = Point.of(r)
     analytic = analytic_bytes(model_of(point).config, point.method, point.n,
-                              point.length, point.mesh)["total"]
+                              point.length, point.mesh,
+                              memory=r["hbm_bytes"])["total"]
     out.append({"method": point.method, "length": point.length,
                 "topology": point.topology, "mesh": list(point.mesh),
                 "n": point.n, "compiled_gib": r["total_bytes"] / _GIB,
