@@ -2,6 +2,7 @@
 memory function, the sweep's resume after SIGKILL, and the real TPU
 compiler on the tiny preset (needs libtpu, which CI installs)."""
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -52,14 +53,18 @@ def brute_force(method, length, topology):
   return best
 
 
-def test_search_finds_the_largest_fitting_n_against_a_fake_memory():
-  sweep = Sweep(CONFIG, None, compile_fn=fake_compile)
+@pytest.mark.parametrize("guess", ["previous", "formula"])
+def test_search_finds_the_largest_fitting_n_against_a_fake_memory(guess):
+  """The answer is the brute-force one whatever the search starts from
+  (the formula's guess for the tiny preset is far off this fake memory)."""
+  config = dataclasses.replace(CONFIG, guess=guess)
+  sweep = Sweep(config, None, compile_fn=fake_compile)
   best = sweep.run()
   for (method, length, topology), slot in best.items():
     assert slot["n"] == brute_force(method, length, topology), (
         method, length, topology)
   # Fewer compiles than the grid (3 methods x 2 L x 10 meshes x 11 N):
-  # measured 229 of 660.
+  # measured 229 of 660 from the previous best.
   grid = len(CONFIG.methods) * 2 * sum(len(load_topology(t).mesh_shapes)
                      for t in CONFIG.topologies) * 11
   assert sweep.compiled < grid / 2
@@ -273,3 +278,8 @@ def test_memory_model_on_mt5_small_compiled_now():
   assert len(committed) == 20
   for point, error in _formula_errors(records + committed):
     assert abs(error) <= 0.20, (point, error)
+
+
+def test_sweep_config_names_a_bad_guess():
+  with pytest.raises(ValueError, match="guess must be one of"):
+    SweepConfig(guess="oracle")

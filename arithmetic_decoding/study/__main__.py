@@ -41,13 +41,17 @@ def main(argv=None) -> int:
                       default=[128, 256, 512, 1024])
   parser.add_argument("--topologies", nargs="+", default=list(TOPOLOGIES))
   parser.add_argument("--max_exp", type=int, default=10)
+  parser.add_argument("--guess", default="previous",
+                      choices=["previous", "formula"],
+                      help="where each search starts (study.sweep)")
   parser.add_argument("--out", default="results/study")
   parser.add_argument("--report_only", action="store_true")
   args = parser.parse_args(argv)
   config = SweepConfig(preset=args.preset, dtype=args.dtype,
                        methods=tuple(args.methods),
                        lengths=tuple(args.lengths),
-                       topologies=tuple(args.topologies), max_exp=args.max_exp)
+                       topologies=tuple(args.topologies), max_exp=args.max_exp,
+                       guess=args.guess)
   out = pathlib.Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
   bar = tqdm(total=len(config.searches()), desc="study searches",

@@ -28,8 +28,8 @@ choice, and the TPU v4 compiler makes two (the XXL sweep shows both):
                 `data`; arithmetic sampling ~4.6 and ~3.3)
   squeezed      when the natural schedule would come within SQUEEZE_AT of
                 the usable memory, the compiler rematerialises down to a
-                smaller count (~4.6 and ~3.7 for beam search, ~3.2 and
-                ~2.9 for arithmetic sampling) and the program still fits
+                smaller count (~4.7 and ~3.7 for beam search, ~3.3 and
+                ~3.1 for arithmetic sampling) and the program still fits
 
 so the formula takes the natural count where it leaves room and the
 squeezed count where not. The counts are fitted (minimax relative error)

@@ -7,10 +7,13 @@ records, so a rerun (after a SIGKILL at any moment) replays the finished
 part from the file without compiling and ends with the same table. A point
 that fails to compile is a record too (with its error): never retried.
 
-Order: methods, then lengths, then topologies by chip count, then meshes;
-each search starts from the best exponent seen so far for the same method
-and length (more chips rarely fit fewer samples), so most searches cost two
-compiles.
+Order: methods, then lengths, then topologies by chip count, then meshes.
+Where each search starts is the config's `guess`: "previous" (the best
+exponent seen so far for the same method and length: more chips rarely fit
+fewer samples) or "formula" (the memory formula's largest N on this mesh,
+`memory_model.fits`: two compiles where the formula is right). The guess
+changes only which points are compiled, never the answer: every search
+ends on a compiled point that fits next to one that does not.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from arithmetic_decoding.study.search import largest_fitting
 from arithmetic_decoding.topology import load_topology
 
 TOPOLOGIES = ("v4-1x1x1", "v4-1x2x1", "v4-2x2x1", "v4-2x2x2")
+GUESSES = ("previous", "formula")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +45,9 @@ class SweepConfig:
     lengths: L, input = output length.
     topologies: from `tpu_configs/`, smallest first.
     max_exp: N up to 2**max_exp (1024).
+    guess: where each search starts, "previous" or "formula" (above).
+      A results file replays only under the guess that wrote it (another
+      guess asks for other points).
   """
 
   preset: str = "xxl"
@@ -49,6 +56,11 @@ class SweepConfig:
   lengths: Tuple[int, ...] = (128, 256, 512, 1024)
   topologies: Tuple[str, ...] = TOPOLOGIES
   max_exp: int = 10
+  guess: str = "previous"
+
+  def __post_init__(self):
+    if self.guess not in GUESSES:
+      raise ValueError(f"guess must be one of {GUESSES}, got {self.guess!r}.")
 
   def searches(self) -> List[Tuple[str, int, str, Tuple[int, int]]]:
     """(method, L, topology, mesh) in sweep order."""
@@ -123,8 +135,10 @@ class Sweep:
     best: Dict[tuple, dict] = {}
     hint: Dict[tuple, int] = {}
     for method, length, topology, mesh in self.config.searches():
-      n = self.search(method, length, topology, mesh,
-                      hint.get((method, length)))
+      start = (self.formula_guess(method, length, topology, mesh)
+               if self.config.guess == "formula" else
+               hint.get((method, length)))
+      n = self.search(method, length, topology, mesh, start)
       slot = best.setdefault((method, length, topology),
                              {"n": None, "mesh": None})
       if n is not None and (slot["n"] is None or n > slot["n"]):
@@ -136,6 +150,17 @@ class Sweep:
         progress()
     self._ancestral_check(best)
     return best
+
+  def formula_guess(self, method: str, length: int, topology: str,
+                    mesh: Tuple[int, int]) -> Optional[int]:
+    """The memory formula's largest exponent on this mesh (None: none)."""
+    from arithmetic_decoding.study import memory_model  # pylint: disable=g-import-not-at-top
+    from arithmetic_decoding.study.points import model_of  # pylint: disable=g-import-not-at-top
+    config = model_of(self.point(method, length, topology, mesh, 1)).config
+    memory = load_topology(topology).hbm_bytes_per_chip
+    exps = [e for e in range(self.config.max_exp + 1) if 2**e % mesh[0] == 0
+            and memory_model.fits(config, method, 2**e, length, mesh, memory)]
+    return max(exps, default=None)
 
   def _ancestral_check(self, best: Dict) -> None:
     """Ancestral sampling at arithmetic's largest N on the first topology:
