@@ -8,7 +8,7 @@ from typing import Dict, List
 from arithmetic_decoding.study.memory_model import (HARDWARE, analytic_bytes,
                                                     calculator)
 from arithmetic_decoding.study.points import Point, model_of
-from arithmetic_decoding.study.sweep import (SweepConfig, batched_chips,
+from arithmetic_decoding.study.sweep import (SweepConfig, replica_chips,
                                              min_chips)
 from arithmetic_decoding.topology import load_topology
 
@@ -17,7 +17,8 @@ _GIB = 2**30
 
 def chips_table(best: Dict, config: SweepConfig) -> List[dict]:
   """Per (L, N): min chips for beam search and arithmetic sampling (one
-  parallel step), and the dotted line (independent per-chip batches)."""
+  parallel step, one program), arithmetic sampling split over independent
+  replicas of one topology, and arithmetic with keys/values per input."""
   rows = []
   for length in config.lengths:
     for e in range(config.max_exp + 1):
@@ -27,8 +28,8 @@ def chips_table(best: Dict, config: SweepConfig) -> List[dict]:
                                      config.topologies),
                    "arithmetic": min_chips(best, "arithmetic", length, n,
                                            config.topologies),
-                   "arithmetic_batched": batched_chips(
-                       best, length, n, config.topologies[0]),
+                   "arithmetic_replicas": replica_chips(
+                       best, length, n, config.topologies),
                    "arithmetic_shared": min_chips(best, "arithmetic_shared",
                                                   length, n,
                                                   config.topologies)})
@@ -69,15 +70,15 @@ def markdown(best: Dict, records: List[dict], config: SweepConfig,
         cells.append("-" if slot.get("n") is None else
                      f"{slot['n']} ({slot['mesh'][0]}x{slot['mesh'][1]})")
       lines.append(f"| {method} | {length} | " + " | ".join(cells) + " |")
-  lines += ["", "## Minimum chips for N (one parallel step; batched: "
-            "independent per-chip decodes)", "",
-            "| L | N | beam | arithmetic | arithmetic batched | arithmetic, "
+  lines += ["", "## Minimum chips for N (one parallel step; replicas: "
+            "N split over independent copies of one topology)", "",
+            "| L | N | beam | arithmetic | arithmetic, replicas | arithmetic, "
             "shared K/V |", "|---|---|---|---|---|---|"]
   for row in chips_table(best, config):
     cell = lambda v: "does not fit" if v is None else str(v)
     lines.append(f"| {row['length']} | {row['n']} | {cell(row['beam'])} | "
                  f"{cell(row['arithmetic'])} | "
-                 f"{cell(row['arithmetic_batched'])} | "
+                 f"{cell(row['arithmetic_replicas'])} | "
                  f"{cell(row['arithmetic_shared'])} |")
   errors = model_error(records)
   if errors:
@@ -136,8 +137,8 @@ def figure(best: Dict, records: List[dict], config: SweepConfig,
     rows = [r for r in table if r["length"] == length]
     for key, style, label in (("beam", "-o", "beam search"),
                               ("arithmetic", ":s", "arithmetic (one step)"),
-                              ("arithmetic_batched", ":^",
-                               "arithmetic (batched)"),
+                              ("arithmetic_replicas", ":^",
+                               "arithmetic (replicas)"),
                               ("arithmetic_shared", "--d",
                                "arithmetic, shared K/V (ours)")):
       xs = [r["n"] for r in rows if r[key] is not None]

@@ -185,12 +185,20 @@ def min_chips(best: Dict, method: str, length: int, n: int,
   return None
 
 
-def batched_chips(best: Dict, length: int, n: int,
-                  topology: str = TOPOLOGIES[0]) -> Optional[int]:
-  """The dotted line: chips for N arithmetic samples in one parallel step
-  when each chip decodes its own independent batch (no communication):
-  ceil(N / largest N on one chip)."""
-  slot = best.get(("arithmetic", length, topology))
-  if not slot or slot["n"] is None:
-    return None
-  return math.ceil(n / slot["n"])
+def replica_chips(best: Dict, length: int, n: int,
+                  topologies=TOPOLOGIES) -> Optional[int]:
+  """Chips for N arithmetic samples in one parallel step split over
+  independent replicas of one topology (no communication between them):
+  the fewest ceil(N / largest N on t) x chips(t) over the topologies t.
+
+  >>> best = {("arithmetic", 128, "v4-1x1x1"): {"n": 32},
+  ...         ("arithmetic", 128, "v4-1x2x1"): {"n": 256}}
+  >>> replica_chips(best, 128, 1024, ("v4-1x1x1", "v4-1x2x1"))  # 4 x 2
+  8
+  """
+  counts = []
+  for name in topologies:
+    slot = best.get(("arithmetic", length, name))
+    if slot and slot["n"] is not None:
+      counts.append(math.ceil(n / slot["n"]) * load_topology(name).chips)
+  return min(counts, default=None)
