@@ -146,8 +146,10 @@ def figure(best: Dict, records: List[dict], config: SweepConfig,
       ax.plot(xs, ys, style, label=label, markersize=4)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
-    ax.set_ylim(0.7, 2 * max([load_topology(t).chips
-                              for t in config.topologies] + [1]) * 1.5)
+    tallest = max([load_topology(t).chips for t in config.topologies] +
+                  [r[k] for r in table for k in r
+                   if k not in ("length", "n") and r[k] is not None])
+    ax.set_ylim(0.7, tallest * 1.5)
     ax.set_title(f"L = {length}")
     ax.set_xlabel("N (samples / beams)")
   axes[0].set_ylabel("minimum TPU v4 chips")
