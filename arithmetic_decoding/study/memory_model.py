@@ -43,6 +43,15 @@ README.
   ...     param_dtype="bfloat16"), "arithmetic", n=4, length=128, mesh=(1, 1))
   >>> round(parts["parameters"] / 2**30, 1)
   24.1
+
+On two chips (mesh 1x2) N = 64 at L = 128 keeps the natural 4.6 units of
+1.5 GiB; N = 256 (units of 6 GiB) would need 27.6 GiB of keys/values
+beside 12 GiB of parameters, so the squeezed 3.25 units are counted:
+
+  >>> xxl = preset("xxl", dtype="bfloat16", param_dtype="bfloat16")
+  >>> [round(analytic_bytes(xxl, "arithmetic", n, 128, (1, 2))
+  ...        ["keys_values"] / 2**30, 2) for n in (64, 256)]
+  [6.9, 19.5]
 """
 
 from __future__ import annotations
