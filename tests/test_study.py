@@ -283,3 +283,24 @@ def test_memory_model_on_mt5_small_compiled_now():
 def test_sweep_config_names_a_bad_guess():
   with pytest.raises(ValueError, match="guess must be one of"):
     SweepConfig(guess="oracle")
+
+
+def test_timed_sweep_from_the_formula_guess_gives_the_same_answer():
+  """results/study/timed/ is the paper's lines swept again from the
+  formula's guess (the sweep-time measurement): the same largest N for
+  every (method, L, topology) as the canonical sweep, and the same bytes
+  at every point both compiled (the compiler is deterministic)."""
+  study = ROOT / "results" / "study"
+  ours = json.loads((study / "timed" / "summary.json").read_text())["best"]
+  canonical = json.loads((study / "summary.json").read_text())["best"]
+  assert len(ours) == 32
+  for key, slot in ours.items():
+    assert slot["n"] == canonical[key]["n"], key
+  def records(path):
+    return {Point.of(r).key(): r for r in map(json.loads, open(path))}
+  timed, full = records(study / "timed" / "points.jsonl"), records(
+      study / "points.jsonl")
+  both = [k for k in timed if k in full and "total_bytes" in timed[k]]
+  assert len(both) >= 100
+  for key in both:
+    assert timed[key]["total_bytes"] == full[key]["total_bytes"], key
