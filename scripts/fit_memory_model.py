@@ -31,6 +31,7 @@ import numpy as np  # noqa: E402
 
 from arithmetic_decoding.cli import jsonl  # noqa: E402
 from arithmetic_decoding.study import memory_model as mm  # noqa: E402
+from arithmetic_decoding.study import report  # noqa: E402
 from arithmetic_decoding.study.points import Point, model_of  # noqa: E402
 
 GRID = np.round(np.arange(1.0, 9.0001, 0.05), 2)
@@ -129,15 +130,7 @@ def _with(constants, copies, shared_cross):
 
 def errors(records, constants):
   """Formula / compiled - 1 for each record, by the library's formula."""
-  out = []
-  for r in records:
-    point = Point.of(r)
-    total = mm.analytic_bytes(model_of(point).config, point.method, point.n,
-                              point.length, point.mesh,
-                              memory=r["hbm_bytes"],
-                              constants=constants)["total"]
-    out.append(total / r["total_bytes"] - 1)
-  return out
+  return [e["error"] for e in report.model_error(records, constants)]
 
 
 def summary(errs):

@@ -207,16 +207,9 @@ def test_other_hardware_topologies_load_but_are_not_swept():
 
 
 def _formula_errors(records):
-  from arithmetic_decoding.study.memory_model import analytic_bytes
-  from arithmetic_decoding.study.points import model_of
-  out = []
-  for r in records:
-    point = Point.of(r)
-    total = analytic_bytes(model_of(point).config, point.method, point.n,
-                           point.length, point.mesh,
-                           memory=r["hbm_bytes"])["total"]
-    out.append((point, total / r["total_bytes"] - 1))
-  return out
+  records = [r for r in records if not r.get("error") and "total_bytes" in r]
+  return [(Point.of(r), e["error"])
+          for r, e in zip(records, report.model_error(records))]
 
 
 def test_memory_model_within_10_percent_of_every_compiled_xxl_point():

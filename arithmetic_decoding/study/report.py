@@ -5,7 +5,8 @@ from __future__ import annotations
 import pathlib
 from typing import Dict, List
 
-from arithmetic_decoding.study.memory_model import (HARDWARE, analytic_bytes,
+from arithmetic_decoding.study.memory_model import (FITTED, HARDWARE,
+                                                    Constants, analytic_bytes,
                                                     calculator)
 from arithmetic_decoding.study.points import Point, model_of
 from arithmetic_decoding.study.sweep import (SweepConfig, replica_chips,
@@ -36,7 +37,8 @@ def chips_table(best: Dict, config: SweepConfig) -> List[dict]:
   return rows
 
 
-def model_error(records: List[dict]) -> List[dict]:
+def model_error(records: List[dict],
+                constants: Constants = FITTED) -> List[dict]:
   """Compiled vs analytic bytes for every compiled (not failed) point."""
   out = []
   for r in records:
@@ -45,7 +47,8 @@ def model_error(records: List[dict]) -> List[dict]:
     point = Point.of(r)
     analytic = analytic_bytes(model_of(point).config, point.method, point.n,
                               point.length, point.mesh,
-                              memory=r["hbm_bytes"])["total"]
+                              memory=r["hbm_bytes"],
+                              constants=constants)["total"]
     out.append({"method": point.method, "length": point.length,
                 "topology": point.topology, "mesh": list(point.mesh),
                 "n": point.n, "compiled_gib": r["total_bytes"] / _GIB,
