@@ -35,6 +35,8 @@ from arithmetic_decoding.study import report  # noqa: E402
 from arithmetic_decoding.study.points import Point, model_of  # noqa: E402
 
 GRID = np.round(np.arange(1.0, 9.0001, 0.05), 2)
+# Cross-attention copies per input, with keys/values per input.
+CROSS_GRID = np.round(np.arange(0.0, 4.0001, 0.1), 2)
 
 
 def compiled(path):
@@ -100,9 +102,7 @@ def fit(records, squeeze_at, start=mm.FITTED):
   shared = [r for r in records if r["method"] == "arithmetic_shared"]
   if shared:  # one cross count for both programs of the shared layout
     best = None
-    for c in GRID[::2] - 1.0:
-      if c < 0:
-        continue
+    for c in CROSS_GRID:
       worst = 0.0
       for prog in ("single", "split"):
         rs = [r for r in shared if mm.program(r["mesh"]) == prog]
