@@ -30,21 +30,9 @@ PLAN = {"v6e-1x1": (128, 1024), "v5e-1x1": (128,), "v5p-2x2x1": (1024,)}
 METHODS = ("beam", "arithmetic")
 
 
-def formula_n(config, method, length, mesh, hbm_bytes, max_exp=10):
-  """The formula's largest N = 2**e on `mesh`, or None."""
-  from arithmetic_decoding.study.memory_model import fits
-  best = None
-  for e in range(max_exp + 1):
-    n = 2**e
-    if n % mesh[0]:
-      continue
-    if fits(config, method, n, length, mesh, hbm_bytes):
-      best = n
-  return best
-
-
 def run_topology(name: str, out: str) -> None:
-  from arithmetic_decoding.study.memory_model import analytic_bytes
+  from arithmetic_decoding.study.memory_model import (analytic_bytes,
+                                                      largest_n)
   from arithmetic_decoding.study.points import Point, compile_point, model_of
   from arithmetic_decoding.topology import load_topology
   topo = load_topology(name)
@@ -54,7 +42,7 @@ def run_topology(name: str, out: str) -> None:
     for length in PLAN[name]:
       probe = Point("xxl", method, length, name, mesh, 1)
       config = model_of(probe).config
-      n = formula_n(config, method, length, mesh, topo.hbm_bytes_per_chip)
+      n = largest_n(config, method, length, mesh, topo.hbm_bytes_per_chip)
       ns = [1] if n is None else [n, 2 * n]
       points += [(Point("xxl", method, length, name, mesh, k), n) for k in ns]
 
@@ -72,7 +60,8 @@ def run_topology(name: str, out: str) -> None:
 def summarise(r: dict) -> dict:
   """A record against the current formula (recomputed: the records keep
   only what the compiler said)."""
-  from arithmetic_decoding.study.memory_model import analytic_bytes, fits
+  from arithmetic_decoding.study.memory_model import (analytic_bytes, fits,
+                                                      largest_n)
   from arithmetic_decoding.study.points import Point, model_of
   point = Point.of(r)
   config = model_of(point).config
@@ -88,7 +77,7 @@ def summarise(r: dict) -> dict:
       "fits": r["fits"],
       "formula_fits": fits(config, point.method, point.n, point.length,
                            point.mesh, r["hbm_bytes"]),
-      "formula_n": formula_n(config, point.method, point.length, point.mesh,
+      "formula_n": largest_n(config, point.method, point.length, point.mesh,
                              r["hbm_bytes"]),
       "compiler_limit_gib": (None if not r.get("compiler_limit_bytes") else
                              round(r["compiler_limit_bytes"] / 2**30, 2))}

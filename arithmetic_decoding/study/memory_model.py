@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Dict, Mapping, Tuple
+from typing import Dict, Mapping, Optional, Tuple
 
 import jax
 import numpy as np
@@ -199,6 +199,16 @@ def fits(config: T5Config, method: str, n: int, length: int,
   total = analytic_bytes(config, method, n, length, mesh,
                          memory=memory)["total"]
   return total <= USABLE_FRACTION * memory
+
+
+def largest_n(config: T5Config, method: str, length: int,
+              mesh: Tuple[int, int], memory: int,
+              max_exp: int = 10) -> Optional[int]:
+  """The formula's largest N = 2**e (e <= max_exp) that the mesh's `data`
+  axis splits and that fits, or None."""
+  ns = [2**e for e in range(max_exp + 1) if 2**e % mesh[0] == 0 and
+        fits(config, method, 2**e, length, mesh, memory)]
+  return max(ns, default=None)
 
 
 # Memory per chip of hardware we cannot compile for (bytes): the question

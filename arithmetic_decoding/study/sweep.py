@@ -23,7 +23,9 @@ import math
 from typing import Callable, Dict, List, Optional, Tuple
 
 from arithmetic_decoding.cli import jsonl
-from arithmetic_decoding.study.points import Point, compile_point, record_fits
+from arithmetic_decoding.study import memory_model
+from arithmetic_decoding.study.points import (Point, compile_point, model_of,
+                                              record_fits)
 from arithmetic_decoding.study.search import largest_fitting
 from arithmetic_decoding.topology import load_topology
 
@@ -154,13 +156,11 @@ class Sweep:
   def formula_guess(self, method: str, length: int, topology: str,
                     mesh: Tuple[int, int]) -> Optional[int]:
     """The memory formula's largest exponent on this mesh (None: none)."""
-    from arithmetic_decoding.study import memory_model  # pylint: disable=g-import-not-at-top
-    from arithmetic_decoding.study.points import model_of  # pylint: disable=g-import-not-at-top
     config = model_of(self.point(method, length, topology, mesh, 1)).config
-    memory = load_topology(topology).hbm_bytes_per_chip
-    exps = [e for e in range(self.config.max_exp + 1) if 2**e % mesh[0] == 0
-            and memory_model.fits(config, method, 2**e, length, mesh, memory)]
-    return max(exps, default=None)
+    n = memory_model.largest_n(config, method, length, mesh,
+                               load_topology(topology).hbm_bytes_per_chip,
+                               self.config.max_exp)
+    return None if n is None else int(math.log2(n))
 
   def _ancestral_check(self, best: Dict) -> None:
     """Ancestral sampling at arithmetic's largest N on the first topology:
