@@ -26,7 +26,7 @@ choice, and the TPU v4 compiler makes two (the XXL sweep shows both):
                 (beam search keeps ~8 when one program holds all of an
                 input's rows, data = 1, ~5 when the rows are split over
                 `data`; arithmetic sampling ~4.6 and ~3.3)
-  squeezed      when the natural schedule would come within SQUEEZE_AT of
+  squeezed      when the natural schedule would pass `squeeze_at` (0.97) of
                 the usable memory, the compiler rematerialises down to a
                 smaller count (~4.7 and ~3.7 for beam search, ~3.3 and
                 ~3.1 for arithmetic sampling) and the program still fits
