@@ -1,6 +1,9 @@
 # Two entry points, each self-contained on a fresh machine with Python 3.11:
 #   make demo   -- install what the demo needs into .venv, then run it
-#   make test   -- install what the tests need into .venv, then run pytest
+#   make test   -- install what the tests need into .venv, then run every test
+# and, for daily work and CI:
+#   make test-fast     -- the tests not marked slow (under 4 minutes)
+#   make check-results -- the committed results/ against each other
 # and the integration tests against the real T5X (CI runs both tests):
 #   make test-t5x -- T5X into its own .venv-t5x (from ../shared/t5x when that
 #                    folder exists, else from T5X's git repository), then
@@ -14,37 +17,48 @@ VENV_T5X := .venv-t5x
 PY_T5X := $(VENV_T5X)/bin/python
 T5X_WHEELS := ../shared/t5x
 
-.PHONY: demo test test-t5x bench experiments clean
+.PHONY: demo test test-fast check-results test-t5x bench experiments clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 
-$(VENV)/.demo-installed: setup.py | $(VENV)/bin/python
-	$(PY) -m pip install --quiet -e '.[demo]'
+# The library (this folder) and the applications (apps/), both editable.
+$(VENV)/.demo-installed: setup.py apps/setup.py | $(VENV)/bin/python
+	$(PY) -m pip install --quiet -e '.[models]' -e './apps[demo]'
 	touch $@
 
 # The tests include the TPU compiler (libtpu, the [tpu] extra): the study's
 # and the AOT tests compile for TPU v4 on this CPU.
-$(VENV)/.test-installed: setup.py | $(VENV)/bin/python
-	$(PY) -m pip install --quiet -e '.[test,demo,bench,tpu]'
+$(VENV)/.test-installed: setup.py apps/setup.py | $(VENV)/bin/python
+	$(PY) -m pip install --quiet -e '.[models,checkpoints]' \
+	  -e './apps[test,demo,bench,tpu]'
 	touch $@
 
 # make demo ARGS='--text "The Lord is my shepherd."' translates your own text.
 demo: $(VENV)/.demo-installed
-	$(PY) -m arithmetic_decoding.cli.demo $(ARGS)
+	$(PY) -m arithmetic_apps.demo $(ARGS)
+
+PYTEST := $(PY) -m pytest -q -rs --doctest-modules arithmetic_decoding \
+  apps/arithmetic_apps tests
 
 test: $(VENV)/.test-installed
-	$(PY) -m pytest -q -rs --doctest-modules arithmetic_decoding tests
+	$(PYTEST)
 
-$(VENV_T5X)/.installed: setup.py
+test-fast: $(VENV)/.test-installed
+	$(PYTEST) -m "not slow"
+
+check-results: $(VENV)/.test-installed
+	$(PY) -m pytest -q -rs checks
+
+$(VENV_T5X)/.installed: setup.py apps/setup.py
 	$(PYTHON) -m venv $(VENV_T5X)
 	$(PY_T5X) -m pip install --quiet --upgrade pip
 	if [ -x $(T5X_WHEELS)/install.sh ]; then \
 	  $(T5X_WHEELS)/install.sh $(PY_T5X) && \
-	  $(PY_T5X) -m pip install --quiet --no-deps -e . ; \
+	  $(PY_T5X) -m pip install --quiet --no-deps -e . -e ./apps ; \
 	else \
-	  $(PY_T5X) -m pip install --quiet -e '.[t5x]' ; \
+	  $(PY_T5X) -m pip install --quiet -e '.[t5x]' -e ./apps ; \
 	fi
 	$(PY_T5X) -m pip install --quiet pytest hypothesis scipy sacrebleu \
 	  sentencepiece tensorstore

@@ -6,26 +6,28 @@ at the cost of ordinary sampling. N codes on a randomly shifted lattice give N
 diverse, stratified, individually exact samples, each decoded on its own.
 
 Modules, in reading order (codes -> one step -> loop -> rows -> sharding):
-  codes        code schemes and `make_codes`
-  categorical  the one-step arithmetic categorical (the heart of the method)
-  transforms   temperature / top-k / top-p, as T5X applies them
-  protocol     T5X's DecodingState / SamplingLoopState, cache expansion,
-               the checked model call
-  choosers     how a step picks a token: Arithmetic, Ancestral,
-               TeacherForced, Greedy (small strategy objects)
-  loop         T5X's sampling loop with a pluggable chooser
-  rows         B inputs x N decodes as B*N independent rows
-  calls        T5X's signature -> one validated record; jit or trace
-  decoding     `arithmetic_sample` (T5X drop-in), `ancestral_sample`
-  encoding     `arithmetic_encode` (sequences -> code intervals)
-  beam_search  T5X's beam search, in the same protocol
-  models       a T5.1.1 / mT5 encoder-decoder in Flax (the `models` extra)
-  topology     TPU v4 topologies (tpu_configs/) and meshes
-  sharding     logical axis rules and sharded decoding (pjit + shard_map)
-  toy          a small enumerable language model (demo and tests)
-  testing      exact numpy references (enumeration of the toy model)
-  translation  the embedded English->French model: data, tokenizer, training
-  cli          `make demo` and helpers of the scripts
+  codes         code schemes and `make_codes`
+  categorical   the one-step arithmetic categorical (the heart of the method)
+  transforms    temperature / top-k / top-p, as T5X applies them
+  protocol      T5X's DecodingState / SamplingLoopState, cache expansion,
+                the checked model call
+  choosers      how a step picks a token: Arithmetic (which makes its own
+                codes), Ancestral, TeacherForced, Greedy
+  loop          T5X's sampling loop with a pluggable chooser
+  rows          B inputs x N decodes as B*N independent rows
+  calls         T5X's signature -> one validated record; jit or trace
+  decoding      `arithmetic_sample` (T5X drop-in), `ancestral_sample`
+  encoding      `arithmetic_encode` (sequences -> code intervals)
+  beam_search   T5X's beam search, in the same protocol (wide_topk: its top-k)
+  methods       the decode methods, named once: `Method`
+  partitioning  logical axis rules and placement on a data x model mesh
+  sharding      sharded decoding (pjit + shard_map) of a `RowModel`
+  models        T5.1.1 / mT5 in Flax and T5X checkpoint I/O (`models` extra)
+  toy           a small enumerable language model (examples and tests)
+  testing       exact numpy references (enumeration of the toy model)
+
+The applications (translation, the paper's experiments, the Figure 5 study,
+the demo) are the separate package `arithmetic_apps`, which imports this one.
 """
 
 from arithmetic_decoding.beam_search import beam_search
@@ -33,11 +35,13 @@ from arithmetic_decoding.categorical import arithmetic_categorical, token_interv
 from arithmetic_decoding.codes import CodeScheme, make_codes, radical_inverse_base2
 from arithmetic_decoding.decoding import ancestral_sample, arithmetic_sample
 from arithmetic_decoding.encoding import arithmetic_encode
+from arithmetic_decoding.methods import Method
 from arithmetic_decoding.protocol import DecodingState, SamplingLoopState
 
 __all__ = [
     "CodeScheme",
     "DecodingState",
+    "Method",
     "SamplingLoopState",
     "ancestral_sample",
     "arithmetic_categorical",

@@ -22,8 +22,8 @@ import jax
 
 from arithmetic_decoding import validation
 from arithmetic_decoding.choosers import Chooser
-from arithmetic_decoding.codes import CodeScheme, SchemeLike, as_code_scheme
 from arithmetic_decoding.loop import DecodeOptions, ModelFns
+from arithmetic_decoding.rows import make_rows
 
 PyTree = Any
 
@@ -80,10 +80,16 @@ class DecodeCall:
     max_decode_steps: int32 [] or [B] (clipped to the hard limit) or None.
     codes: float32 [B, N] codes to decode, or None (made from `rng`).
     targets: int32 [B, N, L] sequences to encode, or None.
-    fns: (static) the model's step function and callbacks; None where the
-      step function is made later, per device (`sharding`).
+    fns: (static) the model's step function and callbacks.
     options: (static) everything that changes the compiled program.
   """
+
+  def rows(self):
+    """The call's B*N rows (`rows.make_rows`)."""
+    return make_rows(self.options, self.inputs, self.cache, self.rng,
+                     self.temperature, initial_index=self.initial_index,
+                     max_decode_steps=self.max_decode_steps, codes=self.codes,
+                     targets=self.targets)
 
   inputs: jax.Array
   cache: PyTree
@@ -124,9 +130,8 @@ def default_key(decode_rng, seed=None):
   return key if seed is None else jax.random.fold_in(key, seed)
 
 
-def validate(args: T5XArgs, chooser: Chooser, *,
-             code_scheme: SchemeLike = CodeScheme.SHIFTED_LATTICE,
-             codes=None, targets=None, seed=None) -> DecodeCall:
+def validate(args: T5XArgs, chooser: Chooser, *, codes=None, targets=None,
+             seed=None) -> DecodeCall:
   """Checks every argument (ValueError / TypeError naming it) -> DecodeCall.
 
   `targets` (int [B, N, L], encoding) sets N from its shape; otherwise N is
@@ -157,8 +162,7 @@ def validate(args: T5XArgs, chooser: Chooser, *,
       topk=topk if isinstance(topk, int) else None,
       topp=topp if isinstance(topp, float) else None,
       per_row_temperature=temperature.ndim == 1,
-      expand_cache_index=initial_index is not None,
-      code_scheme=as_code_scheme(code_scheme))
+      expand_cache_index=initial_index is not None)
   return DecodeCall(
       inputs=inputs, cache=args.cache, rng=default_key(args.decode_rng, seed),
       temperature=temperature,

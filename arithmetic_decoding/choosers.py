@@ -7,7 +7,11 @@ with one method,
 
   choose(raw [R, V] float32, state, step, dist) -> Choice,
 
-in the style of gemma's `SamplingMethod`:
+in the style of gemma's `SamplingMethod`. A chooser that needs per-row
+state of its own keeps it in the loop state's one `chooser_state` field: it
+makes it (`init_state`) and returns the next one in its `Choice`; the loop
+never asks which chooser it holds.
+
 
   Arithmetic    decode the token from the row's residual code (the method)
   Ancestral     draw it with `jax.random.categorical` from a per-row key
@@ -26,7 +30,7 @@ Shapes: R rows (= B*N), V vocabulary, L sequence length.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 import jax
 import jax.numpy as jnp
@@ -34,6 +38,7 @@ from jax import lax
 
 from arithmetic_decoding.categorical import (CODE_RESOLUTION, arithmetic_step,
                                              refresh_residual, token_interval)
+from arithmetic_decoding.codes import CodeScheme, as_code_scheme, make_codes
 from arithmetic_decoding.protocol import SamplingLoopState
 from arithmetic_decoding.transforms import MIN_TEMPERATURE, scale, truncate
 
@@ -77,32 +82,59 @@ class Step:
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
+class CodeState:
+  """Arithmetic sampling's per-row state.
+
+  Attributes:
+    residual: float32 [R]; each row's residual code in [0, 1): what is left
+      of its code after the tokens decoded so far (see `categorical`).
+    log_width: float32 [R]; log-probability of the tokens decoded from the
+      current code since it was last replaced (0 at the start). When it
+      falls below log(code_resolution) the code is spent and replaced by a
+      fresh per-row uniform (see `Arithmetic`).
+  """
+
+  residual: jax.Array
+  log_width: jax.Array
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class IntervalState:
+  """Encoding's per-row state.
+
+  Attributes:
+    low: float32 [R]; the lower end of each forced prefix's code interval
+      (its width is exp(log_prob) of the loop state).
+  """
+
+  low: jax.Array
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
 class Choice:
-  """A chooser's result for one step; the code fields update the loop state.
+  """A chooser's result for one step.
 
   Attributes:
     token: int32 [R]; the chosen token (-1 where `valid` is False).
     log_prob: float32 [R]; its log-probability under the step's distribution.
     valid: bool [R]; False where the logits admit no sample (NaN/+inf, or no
       finite logit).
-    codes: float32 [R]; `SamplingLoopState.codes` after this step.
-    code_log_width: float32 [R]; `SamplingLoopState.code_log_width` after.
-    interval_low: float32 [R]; `SamplingLoopState.interval_low` after.
+    state: the chooser's state after this step (`SamplingLoopState.
+      chooser_state` of the rows that drew a token).
   """
 
   token: jax.Array
   log_prob: jax.Array
   valid: jax.Array
-  codes: jax.Array
-  code_log_width: jax.Array
-  interval_low: jax.Array
+  state: Any
 
   @classmethod
-  def keeping_codes(cls, state: SamplingLoopState, token, log_prob,
+  def keeping_state(cls, state: SamplingLoopState, token, log_prob,
                     valid) -> "Choice":
-    """A choice that leaves the state's code fields as they are."""
-    return cls(token, log_prob, valid, state.codes, state.code_log_width,
-               state.interval_low)
+    """A choice that leaves the chooser's state as it is."""
+    return cls(token, log_prob, valid, state.chooser_state)
 
 
 def row_keys(key: jax.Array, row_ids: jax.Array) -> jax.Array:
@@ -122,7 +154,20 @@ def row_uniform(key: jax.Array, row_ids: jax.Array) -> jax.Array:
 
 
 class Chooser:
-  """Base of the strategies: `choose` (sampling) and `from_greedy`."""
+  """Base of the strategies: `choose` (sampling), `from_greedy`,
+  `initial_codes` (the codes a row starts from when the caller gives none)
+  and `init_state` (the chooser's own loop state; None by default)."""
+
+  def init_state(self, codes: jax.Array) -> Any:
+    """The chooser's state before the first step, from the rows' codes [R]."""
+    del codes
+    return None
+
+  def initial_codes(self, rng: jax.Array, batch: int,
+                    num_decodes: int) -> jax.Array:
+    """float32 [batch, num_decodes]; zeros for choosers that decode no code."""
+    del rng
+    return jnp.zeros((batch, num_decodes), jnp.float32)
 
   def choose(self, raw: jax.Array, state: SamplingLoopState, step: Step,
              dist: Distribution) -> Choice:
@@ -143,7 +188,7 @@ class Greedy(Chooser):
     del step, dist
     token = jnp.argmax(raw, axis=-1).astype(jnp.int32)  # [R, V] -> [R]
     valid = jnp.isfinite(jnp.max(raw, axis=-1))
-    return Choice.keeping_codes(state, token, jnp.zeros_like(state.log_prob),
+    return Choice.keeping_state(state, token, jnp.zeros_like(state.log_prob),
                                 valid)
 
 
@@ -162,22 +207,36 @@ class Arithmetic(Chooser):
       probability ~d), e.g. across compilers and shardings; 1/N keeps the
       lattice's stratification, since below that width no two of an
       input's N lattice codes share an interval.
+    code_scheme: how the codes are made when the caller gives none
+      (`codes.make_codes`; a `CodeScheme` or its string value).
   """
 
   code_resolution: float = CODE_RESOLUTION
+  code_scheme: CodeScheme = CodeScheme.SHIFTED_LATTICE
+
+  def __post_init__(self):
+    object.__setattr__(self, "code_scheme", as_code_scheme(self.code_scheme))
+
+  def initial_codes(self, rng, batch, num_decodes):
+    """[batch, num_decodes] codes of `code_scheme`, made from `rng`."""
+    return make_codes(rng, batch, num_decodes, self.code_scheme)
+
+  def init_state(self, codes):
+    """Each row starts from its whole code."""
+    return CodeState(residual=codes, log_width=jnp.zeros_like(codes))
 
   def choose(self, raw, state, step, dist):
+    code = state.chooser_state
     # [R, V] -> [R]
-    decoded = arithmetic_step(dist.transform(raw), state.codes)
+    decoded = arithmetic_step(dist.transform(raw), code.residual)
     fresh = row_uniform(step.key, step.row_ids)
     residual = refresh_residual(decoded.residual, decoded.log_prob, fresh)
-    log_width = state.code_log_width + decoded.log_prob
+    log_width = code.log_width + decoded.log_prob
     # A spent code is replaced by the row's fresh uniform.
     spent = log_width < jnp.log(jnp.float32(self.code_resolution))
     return Choice(decoded.token, decoded.log_prob, decoded.valid,
-                  codes=jnp.where(spent, fresh, residual),
-                  code_log_width=jnp.where(spent, 0.0, log_width),
-                  interval_low=state.interval_low)
+                  CodeState(residual=jnp.where(spent, fresh, residual),
+                            log_width=jnp.where(spent, 0.0, log_width)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,7 +253,7 @@ class Ancestral(Chooser):
         row_keys(step.key, step.row_ids), safe).astype(jnp.int32)
     log_probs = jax.nn.log_softmax(safe, axis=-1)
     log_prob = jnp.take_along_axis(log_probs, token[:, None], axis=-1)[:, 0]
-    return Choice.keeping_codes(state, jnp.where(valid, token, -1),
+    return Choice.keeping_state(state, jnp.where(valid, token, -1),
                                 jnp.where(valid, log_prob, jnp.nan), valid)
 
 
@@ -207,6 +266,10 @@ class TeacherForced(Chooser):
   token's lower end in its own codebook (`categorical.token_interval`).
   """
 
+  def init_state(self, codes):
+    """Every prefix starts as all of [0, 1)."""
+    return IntervalState(low=jnp.zeros_like(codes))
+
   def target(self, step: Step) -> jax.Array:
     """[R, L] at each row's position -> [R] (clamped for the spare slot)."""
     length = step.targets.shape[1]
@@ -217,10 +280,9 @@ class TeacherForced(Chooser):
   def choose(self, raw, state, step, dist):
     target = self.target(step)
     interval = token_interval(dist.transform(raw), target)
-    return Choice(target, interval.log_prob, interval.valid, state.codes,
-                  state.code_log_width,
-                  interval_low=(state.interval_low +
-                                jnp.exp(state.log_prob) * interval.low))
+    low = state.chooser_state.low + jnp.exp(state.log_prob) * interval.low
+    return Choice(target, interval.log_prob, interval.valid,
+                  IntervalState(low=low))
 
   def from_greedy(self, greedy, state, step):
     # The argmax owns all of [0, 1) (width 1, low unchanged), others nothing.

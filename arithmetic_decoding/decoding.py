@@ -26,13 +26,13 @@ from arithmetic_decoding.categorical import CODE_RESOLUTION
 from arithmetic_decoding.choosers import Ancestral, Arithmetic
 from arithmetic_decoding.codes import CodeScheme, SchemeLike
 from arithmetic_decoding.loop import LogitCallbackFn, StateCallbackFn, TokensToLogits
-from arithmetic_decoding.rows import decode_rows, make_rows, sort_samples
+from arithmetic_decoding.rows import decode_rows, sort_samples
 
 
 def sample_core(call: DecodeCall):
   """A validated call -> sorted (decodes [B, N, L], log_probs [B, N], codes
   [B, N])."""
-  rows = make_rows(call, call.options)
+  rows = call.rows()
   decodes, log_probs, codes = decode_rows(rows, call.topk, call.topp,
                                           call.fns, call.options)
   return sort_samples(decodes, log_probs, codes, call.inputs.shape[0],
@@ -122,9 +122,9 @@ def arithmetic_sample(
         jnp.zeros((1, 3), jnp.int32), {}, tokens_to_logits, eos_id=1,
         decode_rng=jax.random.PRNGKey(0), num_decodes=4, topk=0)
   """
-  chooser = Arithmetic(validation.check_code_resolution(code_resolution))
-  call = validate(T5XArgs.of(locals()), chooser, code_scheme=code_scheme,
-                  codes=codes, seed=seed)
+  chooser = Arithmetic(validation.check_code_resolution(code_resolution),
+                       code_scheme)
+  call = validate(T5XArgs.of(locals()), chooser, codes=codes, seed=seed)
   decodes, log_probs, sorted_codes = jit_or_trace(sample_core,
                                                   _sample_core_jit, call)
   if return_codes:

@@ -31,15 +31,15 @@ import jax
 from arithmetic_decoding.calls import DecodeCall, T5XArgs, jit_or_trace, validate
 from arithmetic_decoding.choosers import TeacherForced
 from arithmetic_decoding.loop import LogitCallbackFn, StateCallbackFn, TokensToLogits
-from arithmetic_decoding.rows import make_rows, run_rows
+from arithmetic_decoding.rows import run_rows
 
 
 def encode_core(call: DecodeCall) -> Tuple[jax.Array, jax.Array]:
   """A validated call with targets -> (low [B, N], log_width [B, N])."""
   batch, n = call.inputs.shape[0], call.options.num_decodes
-  final = run_rows(make_rows(call, call.options), call.topk, call.topp,
+  final = run_rows(call.rows(), call.topk, call.topp,
                    call.fns, call.options)
-  return (final.interval_low.reshape(batch, n),
+  return (final.chooser_state.low.reshape(batch, n),
           final.log_prob.reshape(batch, n))
 
 

@@ -35,7 +35,6 @@ from jax import lax
 
 from arithmetic_decoding.choosers import (Arithmetic, Chooser, Distribution,
                                           Step, choose_token)
-from arithmetic_decoding.codes import CodeScheme
 from arithmetic_decoding.protocol import (SPARE_SLOTS, DecodingState,
                                           SamplingLoopState, call_model,
                                           decoding_state)
@@ -65,8 +64,6 @@ class DecodeOptions:
       greedy or not); otherwise one scalar for all rows.
     expand_cache_index: decoding starts from `initial_index`, so the cache's
       `cache_index` entries are per-row and get expanded.
-    code_scheme: how codes are made when none are given (used only by
-      choosers that decode codes).
   """
 
   eos_id: int
@@ -78,7 +75,6 @@ class DecodeOptions:
   topp: Optional[float] = 0.0
   per_row_temperature: bool = False
   expand_cache_index: bool = False
-  code_scheme: CodeScheme = CodeScheme.SHIFTED_LATTICE
 
   def distribution(self, temperature: jax.Array,
                    topk: Optional[jax.Array] = None,
@@ -124,8 +120,9 @@ class LoopInputs:
 
 def initial_state(inputs: jax.Array, cache: PyTree,
                   initial_index: Optional[jax.Array], rng: jax.Array,
-                  codes: jax.Array) -> SamplingLoopState:
-  """The loop state before the first step; inputs [R, L], codes [R]."""
+                  chooser_state: PyTree) -> SamplingLoopState:
+  """The loop state before the first step; inputs [R, L], the chooser's
+  state (`Chooser.init_state`)."""
   rows = inputs.shape[0]
   # [R, L] -> [R, L + SPARE_SLOTS]
   sequences = jnp.pad(inputs, ((0, 0), (0, SPARE_SLOTS)))
@@ -140,8 +137,7 @@ def initial_state(inputs: jax.Array, cache: PyTree,
   return SamplingLoopState(
       step=jnp.zeros((), jnp.int32), cur_index=cur_index, sequences=sequences,
       cache=cache, cur_token=cur_token, ended=jnp.zeros((rows, 1), bool),
-      rng=rng, log_prob=zeros, codes=codes, code_log_width=zeros,
-      interval_low=zeros)
+      rng=rng, log_prob=zeros, chooser_state=chooser_state)
 
 
 def raw_log_prob(raw: jax.Array, token: jax.Array) -> jax.Array:
@@ -204,9 +200,8 @@ def run_loop(state: SamplingLoopState, inputs: LoopInputs, fns: ModelFns,
         step=state.step + 1, cur_index=i + 1, sequences=sequences,
         cache=cache, cur_token=written[:, None], ended=now_ended[:, None],
         rng=next_rng, log_prob=jnp.where(failed, jnp.nan, log_prob),
-        codes=keep(choice.codes, state.codes),
-        code_log_width=keep(choice.code_log_width, state.code_log_width),
-        interval_low=keep(choice.interval_low, state.interval_low))
+        chooser_state=jax.tree_util.tree_map(keep, choice.state,
+                                             state.chooser_state))
 
   final = lax.while_loop(cond_fn, body_fn, state)
   if fns.state_callback_fn is not None:

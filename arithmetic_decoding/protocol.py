@@ -72,7 +72,7 @@ class DecodingState(_Replaceable):
 @dataclasses.dataclass(frozen=True)
 class SamplingLoopState(_Replaceable):
   """The decode loop's whole state: T5X's `SamplingLoopState` fields, plus
-  the code fields (`codes`, `code_log_width`, `interval_low`).
+  one field that belongs to the token chooser (`chooser_state`).
 
   Attributes:
     step: int32 []; loop iterations so far, from 0.
@@ -89,15 +89,12 @@ class SamplingLoopState(_Replaceable):
       fresh codes of spent ones; ancestral sampling draws its tokens from it.
     log_prob: float32 [B*N]; log-probability of the decoded tokens so far
       (prompt tokens excluded, EOS included, nothing after EOS).
-    codes: float32 [B*N]; each row's residual code in [0, 1): what is left of
-      its code after the tokens decoded so far (see `categorical`).
-    code_log_width: float32 [B*N]; log-probability of the tokens decoded
-      from the current code since it was last replaced (0 at the start). When
-      it falls below log(code_resolution) the code is spent and replaced by a
-      fresh per-row uniform (see `choosers.Arithmetic`).
-    interval_low: float32 [B*N]; when the loop encodes given sequences
-      (`arithmetic_encode`), the lower end of each prefix's code interval
-      (its width is exp(log_prob)); 0 while sampling.
+    chooser_state: the per-row state the chooser owns and updates
+      (`choosers`): `CodeState(residual, log_width)` [B*N] each for
+      arithmetic sampling (what is left of each row's code, and how much of
+      it the decoded tokens used); `IntervalState(low)` [B*N] for encoding
+      (each prefix's code interval starts there); None for the choosers that
+      keep no state (ancestral, greedy).
   """
 
   step: jax.Array
@@ -108,9 +105,7 @@ class SamplingLoopState(_Replaceable):
   ended: jax.Array
   rng: jax.Array
   log_prob: jax.Array
-  codes: jax.Array
-  code_log_width: jax.Array
-  interval_low: jax.Array
+  chooser_state: PyTree
 
 
 def expand_rows(x: jax.Array, num_decodes: int, axis: int = 0) -> jax.Array:

@@ -20,8 +20,6 @@ from typing import Any, Optional, Tuple
 import jax
 import jax.numpy as jnp
 
-from arithmetic_decoding.choosers import Arithmetic
-from arithmetic_decoding.codes import make_codes
 from arithmetic_decoding.loop import (DecodeOptions, LoopInputs, ModelFns,
                                       initial_state, run_loop)
 from arithmetic_decoding.protocol import (SPARE_SLOTS, SamplingLoopState,
@@ -77,33 +75,43 @@ def max_decode_lengths(inputs: jax.Array, max_decode_steps: Optional[jax.Array],
   return expand_rows(jnp.minimum(length, prompt + steps), num_decodes)
 
 
-def make_rows(call, options: DecodeOptions) -> Rows:
-  """A validated call (`calls.DecodeCall`) -> `Rows` for B*N rows.
+def make_rows(options: DecodeOptions, inputs: jax.Array, cache: PyTree,
+              rng: jax.Array, temperature: jax.Array, *,
+              initial_index: Optional[jax.Array] = None,
+              max_decode_steps: Optional[jax.Array] = None,
+              codes: Optional[jax.Array] = None,
+              targets: Optional[jax.Array] = None) -> Rows:
+  """Validated [B, ...] arguments -> `Rows` for B*N rows.
 
-  The key splits into (codes key, loop key); codes are made from the first
-  when the call brings none and the chooser decodes codes.
+  Args:
+    options: the decode's static configuration (N, the chooser, ...).
+    inputs: int32 [B, L]; cache: the model's cache for B rows.
+    rng: the decode's key; it splits into (codes key, loop key), and the
+      chooser makes its codes from the first when `codes` is None
+      (`Chooser.initial_codes`).
+    temperature: float32 [] or [B].
+    initial_index: int32 [B] or None.
+    max_decode_steps: int32 [] or [B] or None.
+    codes: float32 [B, N] or None.
+    targets: int32 [B, N, L] (encoding) or None.
   """
-  batch = call.inputs.shape[0]
+  batch = inputs.shape[0]
   n = options.num_decodes
-  codes_rng, loop_rng = jax.random.split(call.rng)
-  codes = call.codes
+  codes_rng, loop_rng = jax.random.split(rng)
   if codes is None:
-    codes = (make_codes(codes_rng, batch, n, options.code_scheme)
-             if isinstance(options.chooser, Arithmetic) else
-             jnp.zeros((batch, n), jnp.float32))
-  temperature = (expand_rows(call.temperature, n)
-                 if options.per_row_temperature else call.temperature)
-  targets = None
-  if call.targets is not None:
-    targets = call.targets.reshape(batch * n, -1)  # [B, N, L] -> [B*N, L]
+    codes = options.chooser.initial_codes(codes_rng, batch, n)
+  if options.per_row_temperature:
+    temperature = expand_rows(temperature, n)  # [B] -> [B*N]
+  if targets is not None:
+    targets = targets.reshape(batch * n, -1)  # [B, N, L] -> [B*N, L]
   return Rows(
-      inputs=expand_rows(call.inputs, n),  # [B, L] -> [B*N, L]
-      cache=expand_cache(call.cache, n, options.cache_offset,
+      inputs=expand_rows(inputs, n),  # [B, L] -> [B*N, L]
+      cache=expand_cache(cache, n, options.cache_offset,
                          options.expand_cache_index),
-      initial_index=(None if call.initial_index is None else
-                     expand_rows(call.initial_index, n)),
+      initial_index=(None if initial_index is None else
+                     expand_rows(initial_index, n)),
       temperature=temperature,
-      max_decode_len=max_decode_lengths(call.inputs, call.max_decode_steps, n),
+      max_decode_len=max_decode_lengths(inputs, max_decode_steps, n),
       codes=codes.reshape(batch * n).astype(jnp.float32),  # [B, N] -> [B*N]
       row_ids=jnp.arange(batch * n, dtype=jnp.int32),
       rng=loop_rng,
@@ -117,7 +125,7 @@ def run_rows(rows: Rows, topk, topp, fns: ModelFns,
   `topk` / `topp` are the traced cuts (None where `options` has them static).
   """
   state = initial_state(rows.inputs, rows.cache, rows.initial_index, rows.rng,
-                        rows.codes)
+                        options.chooser.init_state(rows.codes))
   inputs = LoopInputs(options.distribution(rows.temperature, topk, topp),
                       rows.row_ids, rows.max_decode_len, rows.targets)
   return run_loop(state, inputs, fns, options)

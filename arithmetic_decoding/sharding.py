@@ -1,11 +1,12 @@
 """Sharded decoding (pjit: `jax.jit` over `NamedSharding`s) on a data x model mesh.
 
-One table, `LOGICAL_AXIS_RULES`, maps the model's logical axis names to the
-mesh axes `data` and `model` (as T5X's `standard_logical_axis_rules`): the
-samples (rows = batch x num_decodes) go over `data`; heads, the feed-forward
-width and the vocabulary over `model`; everything else is replicated.
+The partitioning (`partitioning.LOGICAL_AXIS_RULES`, the one table from
+logical axis names to the mesh axes `data` and `model`, and the placement
+helpers) lives in `partitioning`: the samples (rows = batch x num_decodes)
+go over `data`; heads, the feed-forward width and the vocabulary over
+`model`; everything else is replicated.
 
-Arithmetic and ancestral sampling run under `shard_map` over `data`: each
+Arithmetic, ancestral and greedy decoding run under `shard_map` over `data`: each
 device decodes its own rows with its own `while_loop`, to its own end, so on
 a data-only mesh the compiled loop has no collective at all, its stopping
 test included (under plain `jit` a global `all(ended)` over a sharded array
@@ -21,6 +22,8 @@ over rows (`RowModel`; `models.EncoderDecoderModel` is one):
       -> inputs [B, L], cache [B, ...], context [B, ...]
   row_context(params, context, row_ids [R], num_decodes) -> context_rows
   step_fn(params, context_rows) -> tokens_to_logits over R rows
+  decode_inputs(params, encoder_tokens, max_decode_len, num_decodes)
+      -> inputs, cache and tokens_to_logits over all B*N rows (beam search)
 
 The decode start (the encoder) runs once per device on the whole batch,
 replicated (in its own `shard_map`, so it has no collective and its outputs
@@ -38,8 +41,7 @@ Beam search cannot work that way: choosing the K best extensions of an
 input needs all of its beams, so with the beams split over `data` every step
 gathers them (the compiled loop's collectives are counted in the tests).
 
-    topo = load_topology("v4-2x2x1")
-    mesh = make_mesh(topo, (4, 1))
+    mesh = jax.make_mesh((4, 1), ("data", "model"))
     decode = make_sharded_decode(model, mesh, DecodeSetup(
         method=Method.ARITHMETIC, num_decodes=16, max_decode_len=32))
     decodes, scores = decode(shard_params(params, model, mesh), tokens, key)
@@ -47,30 +49,34 @@ gathers them (the compiled loop's collectives are counted in the tests).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import enum
 import functools
 from typing import Any, Callable, Optional, Protocol, Tuple
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from arithmetic_decoding import validation
 from arithmetic_decoding.beam_search import beam_search
-from arithmetic_decoding.calls import DecodeCall
-from arithmetic_decoding.categorical import CODE_RESOLUTION
-from arithmetic_decoding.choosers import Ancestral, Arithmetic
 from arithmetic_decoding.codes import CodeScheme, SchemeLike, as_code_scheme
 from arithmetic_decoding.loop import DecodeOptions, ModelFns
+from arithmetic_decoding.methods import Method
+# The partitioning helpers, re-exported: sharded decoding's users place
+# parameters with them.
+from arithmetic_decoding.partitioning import (  # noqa: F401
+    LOGICAL_AXIS_RULES, logical_rules, logical_to_sharding, param_shardings,
+    rules_without_data, shard_params, to_global)
 from arithmetic_decoding.protocol import map_batched
 from arithmetic_decoding.rows import Rows, decode_rows, make_rows, sort_samples
 
 PyTree = Any
+
+__all__ = ["DecodeSetup", "LOGICAL_AXIS_RULES", "Method", "RowModel",
+           "logical_rules", "logical_to_sharding", "make_sharded_decode",
+           "param_shardings", "shard_params", "to_global"]
 
 
 class RowModel(Protocol):
@@ -89,76 +95,19 @@ class RowModel(Protocol):
   def step_fn(self, params, context_rows) -> Callable:
     """-> tokens_to_logits over the rows of `row_context`'s result."""
 
-# Logical axis -> mesh axis (None: replicated). The only sharding table.
-LOGICAL_AXIS_RULES: Tuple[Tuple[str, Any], ...] = (
-    ("batch", "data"),
-    ("length", None),
-    ("embed", None),
-    ("heads", "model"),
-    ("kv", None),
-    ("mlp", "model"),
-    ("vocab", "model"),
-    ("relpos_buckets", None),
-    ("cache_batch", "data"),
-    ("cache_length", None),
-    ("cache_heads", "model"),
-    ("cache_kv", None),
-)
-
-
-def _rules_without_data() -> Tuple[Tuple[str, Any], ...]:
-  """The rules inside a shard_map that is manual over `data`."""
-  return tuple((name, None if axis == "data" else axis)
-               for name, axis in LOGICAL_AXIS_RULES)
-
-
-@contextlib.contextmanager
-def logical_rules(mesh: Mesh, rules=LOGICAL_AXIS_RULES):
-  """Activates `rules` and `mesh` for the model's logical constraints."""
-  with jax.sharding.use_abstract_mesh(mesh.abstract_mesh), nn.logical_axis_rules(rules):
-    yield
-
-
-def logical_to_sharding(logical_specs: PyTree, mesh: Mesh) -> PyTree:
-  """A tree of logical PartitionSpecs -> NamedShardings on `mesh`."""
-  return nn.logical_to_mesh_sharding(logical_specs, mesh, LOGICAL_AXIS_RULES)
-
-
-def param_shardings(model, mesh: Mesh) -> PyTree:
-  """NamedShardings of `model`'s parameters (from their logical axes)."""
-  return logical_to_sharding(model.param_logical_axes(), mesh)
-
-
-def to_global(x, sharding: NamedSharding) -> jax.Array:
-  """Host array (the same on every process) -> global array on `sharding`.
-
-  Works with one process or many (`jax.distributed`): each process fills
-  only the shards of its own devices.
-  """
-  x = np.asarray(x)
-  return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
-
-
-def shard_params(params: PyTree, model, mesh: Mesh) -> PyTree:
-  """Places parameters (identical on every process) on their shardings."""
-  return jax.tree_util.tree_map(to_global, params,
-                                param_shardings(model, mesh))
-
-
-class Method(enum.Enum):
-  """How the samples are decoded."""
-
-  ARITHMETIC = "arithmetic"
-  ANCESTRAL = "ancestral"
-  BEAM = "beam"
-
+  def decode_inputs(self, params, encoder_tokens, max_decode_len: int,
+                    num_decodes: int):
+    """-> (inputs int32 [B, L], cache [B, ...], tokens_to_logits over the
+    B*N rows): the T5X-protocol arguments of a decode function, for beam
+    search, which sees all rows at once."""
 
 @dataclasses.dataclass(frozen=True)
 class DecodeSetup:
   """A sharded decode's static configuration (every field recompiles).
 
   Attributes:
-    method: arithmetic or ancestral sampling, or beam search.
+    method: a `methods.Method` (or its name): greedy, ancestral,
+      arithmetic, or beam search.
     num_decodes: samples (or beams) per input, N.
     max_decode_len: decoded positions, L.
     eos_id: end-of-sequence id.
@@ -189,12 +138,7 @@ class DecodeSetup:
   code_resolution: Optional[float] = None
 
   def __post_init__(self):
-    if not isinstance(self.method, Method):
-      try:
-        object.__setattr__(self, "method", Method(self.method))
-      except ValueError:
-        raise ValueError(f"method must be one of {[m.value for m in Method]}; "
-                         f"got {self.method!r}.") from None
+    object.__setattr__(self, "method", Method.of(self.method))
     validation.check_int("num_decodes", self.num_decodes, minimum=1)
     validation.check_int("max_decode_len", self.max_decode_len, minimum=1)
     validation.check_int("eos_id", self.eos_id, minimum=0)
@@ -222,15 +166,13 @@ def _row_specs(rows: Rows) -> Rows:
 
 def _options(setup: DecodeSetup) -> DecodeOptions:
   n = setup.num_decodes
-  if setup.method is Method.ANCESTRAL:
-    chooser = Ancestral()
-  else:
-    chooser = Arithmetic(max(CODE_RESOLUTION, 1.0 / n)
-                         if setup.code_resolution is None else
-                         float(setup.code_resolution))
-  return DecodeOptions(eos_id=setup.eos_id, num_decodes=n, chooser=chooser,
-                       topk=setup.topk, topp=setup.topp,
-                       code_scheme=setup.code_scheme)
+  resolution = (setup.method.default_code_resolution(n)
+                if setup.code_resolution is None else
+                float(setup.code_resolution))
+  return DecodeOptions(eos_id=setup.eos_id, num_decodes=n,
+                       chooser=setup.method.chooser(resolution,
+                                                    setup.code_scheme),
+                       topk=setup.topk, topp=setup.topp)
 
 
 def _sample(params, encoder_tokens, rng, *, model: RowModel, mesh: Mesh,
@@ -242,21 +184,20 @@ def _sample(params, encoder_tokens, rng, *, model: RowModel, mesh: Mesh,
   def start(params, encoder_tokens):
     # The whole batch on every device (manual over `data`, inputs and
     # outputs replicated): no collective, and the same bits as one device.
-    with nn.logical_axis_rules(_rules_without_data()):
+    with nn.logical_axis_rules(rules_without_data()):
       return model.decode_start(params, encoder_tokens, setup.max_decode_len)
 
   inputs, cache, context = jax.shard_map(
       start, mesh=mesh, in_specs=(P(), P()), out_specs=P(),
       axis_names={"data"}, check_vma=False)(params, encoder_tokens)
-  rows = make_rows(DecodeCall(
-      inputs=inputs, cache=cache, rng=rng,
-      temperature=jnp.asarray(setup.temperature, jnp.float32), topk=None,
-      topp=None, initial_index=None, max_decode_steps=None, codes=None,
-      targets=None, fns=None, options=options), options)
+  temperature = (0.0 if setup.method is Method.GREEDY else
+                 setup.temperature)
+  rows = make_rows(options, inputs, cache, rng,
+                   jnp.asarray(temperature, jnp.float32))
 
   def local(params, rows, context):
     # One device's rows (manual over `data`; `model`, if any, automatic).
-    with nn.logical_axis_rules(_rules_without_data()):
+    with nn.logical_axis_rules(rules_without_data()):
       # [B, ...] -> what the R_local rows read of their inputs.
       context_rows = model.row_context(params, context, rows.row_ids, n)
       fns = ModelFns(model.step_fn(params, context_rows))

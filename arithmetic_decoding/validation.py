@@ -16,6 +16,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from arithmetic_decoding.categorical import CODE_RESOLUTION
+
 
 def is_traced(x: Any) -> bool:
   """True for a JAX tracer (a value known only when the program runs)."""
@@ -233,12 +235,12 @@ def check_rng(decode_rng: Any):
 
 
 def check_code_resolution(value) -> float:
-  """A static float in [2**-22, 1]."""
+  """A static float in [`categorical.CODE_RESOLUTION` = 2**-22, 1]."""
   if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)):
     raise TypeError(
         f"code_resolution must be a float in [2**-22, 1]; got {value!r}.")
   value = float(value)
-  if not 2.0**-22 <= value <= 1.0:
+  if not CODE_RESOLUTION <= value <= 1.0:
     raise ValueError(
         f"code_resolution must be in [2**-22, 1]; got {value!r}.")
   return value

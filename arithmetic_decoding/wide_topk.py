@@ -3,8 +3,16 @@
 Beam search keeps the best 2K of an input's K x V candidates every step:
 [B, K*V], a handful of rows of up to millions of columns (V = 250,112 for
 mT5). `wide_top_k` gives `lax.top_k`'s values and indices in two stages
-that lay out well on TPUs (see its docstring and the AOT numbers in the
-README).
+that lay out well on TPUs (see its docstring and the AOT numbers in
+docs/benchmarks.md).
+
+The idea is T5X's: `t5x.decoding.top_k_two_stage` splits a few wide rows
+into 128 lanes of contiguous columns, takes the top k of each lane, then
+the top k of those, for batches of at most 8 rows whose width exceeds
+8 * 128 * k. `wide_top_k` uses the same width threshold for any batch (the
+layout problem grows with the batch padded to lanes, measured in the beam
+search's AOT memory) and keeps `lax.top_k`'s order among tied values,
+which the tests check against `lax.top_k` itself.
 """
 
 from __future__ import annotations

@@ -22,13 +22,12 @@ import sys
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TPU_ACCELERATOR_TYPE", "v4-8")
 
-from tqdm import tqdm  # noqa: E402
 
-from arithmetic_decoding.cli import jsonl  # noqa: E402
+from arithmetic_apps import jsonl  # noqa: E402
 from arithmetic_decoding.models import EncoderDecoderModel, preset  # noqa: E402
 from arithmetic_decoding.sharding import DecodeSetup  # noqa: E402
-from arithmetic_decoding.study.points import compiled_memory, fits  # noqa: E402
-from arithmetic_decoding.topology import (aot_devices, available_topologies,  # noqa: E402
+from arithmetic_apps.study.points import compiled_memory, fits  # noqa: E402
+from arithmetic_apps.topology import (aot_devices, available_topologies,  # noqa: E402
                                           load_topology, make_mesh)
 
 
@@ -64,22 +63,24 @@ def main(argv=None) -> int:
 
   model = EncoderDecoderModel(preset(args.preset, dtype=args.dtype,
                                      param_dtype=args.dtype))
-  done = jsonl.load(args.out, key=lambda r: (r["topology"], tuple(r["mesh"]), r["method"]))
   configs = []
   for name in args.topology or available_topologies():
     topo = load_topology(name)
     shapes = topo.mesh_shapes if args.all_meshes else topo.mesh_shapes[:1]
-    configs += [(topo, shape, m) for shape in shapes for m in args.method]
-  results = []
-  for topo, shape, method in tqdm(configs, desc="aot_memory", file=sys.stderr):
-    key = (topo.name, tuple(shape), method)
-    if key not in done:
-      record = measure(model, topo, shape, method, args.batch, args.source_len,
-                       args.num_decodes, args.max_decode_len)
-      record.update(preset=args.preset, dtype=args.dtype)
-      done[key] = record
-      jsonl.append(args.out, record)
-    results.append(done[key])
+    configs += [(name, tuple(shape), m) for shape in shapes
+                for m in args.method]
+
+  def run(config):
+    name, shape, method = config
+    record = measure(model, load_topology(name), shape, method, args.batch,
+                     args.source_len, args.num_decodes, args.max_decode_len)
+    return dict(record, preset=args.preset, dtype=args.dtype)
+
+  done = jsonl.run_missing(
+      args.out, configs,
+      lambda r: (r["topology"], tuple(r["mesh"]), r["method"]), run,
+      "aot_memory")
+  results = [done[c] for c in configs]
   for r in results:
     print(json.dumps(r))
   print("aot_memory: " + "; ".join(

@@ -28,29 +28,13 @@ import sys
 import jax
 import numpy as np
 
-from arithmetic_decoding import arithmetic_sample
-from arithmetic_decoding.beam_search import beam_search
-from arithmetic_decoding.cli import jsonl
+from arithmetic_apps import jsonl
+from arithmetic_apps.bench import (compile_all, loop_steps, make_decode,
+                                   time_alternately)
+from arithmetic_decoding.methods import Method
 from arithmetic_decoding.models import CrossKV, EncoderDecoderModel, preset
 
-sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from bench_decode import (EOS, compile_all, loop_steps,  # noqa: E402
-                          time_alternately)
-
 LAYOUTS = tuple(c.value for c in CrossKV)
-
-
-def make_decode(model, method: str, n: int, length: int):
-  """jit(params, encoder_tokens, key) -> (tokens [B, N, L], scores [B, N])."""
-
-  def decode(params, encoder_tokens, key):
-    inputs, cache, fn = model.decode_inputs(params, encoder_tokens, length, n)
-    if method == "beam":
-      return beam_search(inputs, cache, fn, EOS, num_decodes=n, alpha=0.6)
-    return arithmetic_sample(inputs, cache, fn, EOS, key, num_decodes=n,
-                             topk=0, code_resolution=max(2.0**-22, 1.0 / n))
-
-  return jax.jit(decode)
 
 
 def measure(name: str, method: str, n: int, batch: int, length: int,
@@ -62,7 +46,9 @@ def measure(name: str, method: str, n: int, batch: int, length: int,
                               config.vocab_size)
   key = jax.random.PRNGKey(2)
   fns, outs, mems = compile_all(
-      {c: make_decode(m, method, n, length) for c, m in models.items()},
+      {c: make_decode(m, method, n, length,
+                      Method.of(method).default_code_resolution(n))
+       for c, m in models.items()},
       (params, tokens, key))
   times = time_alternately(fns, (params, tokens, key), repeats, "per_sample")
   record = {"preset": name, "method": method, "n": n, "batch": batch,
@@ -92,7 +78,7 @@ def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--presets", nargs="+", default=["tiny", "small"])
   parser.add_argument("--method", default="arithmetic",
-                      choices=["arithmetic", "beam"])
+                      choices=[Method.ARITHMETIC.value, Method.BEAM.value])
   parser.add_argument("--n", type=int, nargs="+", default=[1, 4, 16, 64])
   parser.add_argument("--source-len", type=int, nargs="+", default=[16, 128])
   parser.add_argument("--batch", type=int, default=2)

@@ -28,89 +28,17 @@ import argparse
 import json
 import statistics
 import sys
-import time
 
 import jax
 import numpy as np
-from tqdm import tqdm
 
-from arithmetic_decoding import ancestral_sample, arithmetic_sample
-from arithmetic_decoding.cli import jsonl
-from arithmetic_decoding.beam_search import beam_search
+from arithmetic_apps import jsonl
+from arithmetic_apps.bench import (compile_all, decoded_tokens, loop_steps,
+                                   make_decode, time_alternately)
+from arithmetic_decoding.methods import Method
 from arithmetic_decoding.models import EncoderDecoderModel, preset
 
-EOS = 1
-METHODS = ("arithmetic", "ancestral", "greedy", "beam")
-
-
-def make_decode(model, method: str, n: int, length: int):
-  """jit(params, encoder_tokens, key) -> (tokens [B, N, L], scores [B, N])."""
-
-  def decode(params, encoder_tokens, key):
-    inputs, cache, fn = model.decode_inputs(params, encoder_tokens, length, n)
-    if method == "beam":
-      return beam_search(inputs, cache, fn, EOS, num_decodes=n, alpha=0.6)
-    if method == "greedy":  # the same loop, argmax of the logits
-      return arithmetic_sample(inputs, cache, fn, EOS, key, num_decodes=n,
-                               temperature=0.0)
-    sampler = arithmetic_sample if method == "arithmetic" else ancestral_sample
-    return sampler(inputs, cache, fn, EOS, key, num_decodes=n, topk=0)
-
-  return jax.jit(decode)
-
-
-def loop_steps(tokens: np.ndarray) -> int:
-  """Steps a sampling loop ran: until its longest row ended."""
-  is_eos = tokens == EOS
-  ends = np.where(is_eos.any(-1), is_eos.argmax(-1) + 1, tokens.shape[-1])
-  return int(ends.max())
-
-
-def decoded_tokens(tokens: np.ndarray) -> int:
-  """Tokens produced (up to and including EOS) over all rows."""
-  is_eos = tokens == EOS
-  ends = np.where(is_eos.any(-1), is_eos.argmax(-1) + 1, tokens.shape[-1])
-  return int(ends.sum())
-
-
-def memory(compiled) -> dict:
-  stats = compiled.memory_analysis()
-  if stats is None:
-    return {}
-  return {"argument_mb": round(stats.argument_size_in_bytes / 2**20, 2),
-          "output_mb": round(stats.output_size_in_bytes / 2**20, 2),
-          "temp_mb": round(stats.temp_size_in_bytes / 2**20, 2)}
-
-
-def compile_all(jitted: dict, args: tuple):
-  """Compiles each jitted function for `args` and runs it once: its compiled
-  function, outputs and memory, each a dict by name."""
-  fns, outs, mems = {}, {}, {}
-  for name, fn in jitted.items():
-    fns[name] = fn.lower(*args).compile()
-    mems[name] = memory(fns[name])
-    outs[name] = jax.block_until_ready(fns[name](*args))
-  return fns, outs, mems
-
-
-def time_alternately(fns: dict, args: tuple, repeats: int, reference: str
-                     ) -> dict:
-  """{name: [seconds per call] * repeats} for compiled functions called on
-  the same `args`, timed in turn so that drifts hit all alike."""
-  # Calls per timing sample: enough for ~50 ms (timed on `reference`), so
-  # fast decodes are not dominated by timer and dispatch noise.
-  start = time.perf_counter()
-  jax.block_until_ready(fns[reference](*args))
-  inner = max(1, int(0.05 / (time.perf_counter() - start)))
-  times = {name: [] for name in fns}
-  for _ in range(repeats):
-    for name, fn in fns.items():
-      start = time.perf_counter()
-      for _ in range(inner):
-        out = fn(*args)
-      jax.block_until_ready(out)
-      times[name].append((time.perf_counter() - start) / inner)
-  return times
+METHODS = tuple(m.value for m in Method)
 
 
 def measure(name: str, n: int, batch: int, length: int, source_len: int,
@@ -169,19 +97,12 @@ def main(argv=None) -> int:
   record_key = lambda r: (r["preset"], r["n"], r["batch"], r["max_decode_len"],
                           r.get("source_len", 16),
                           r.get("cross_kv", "per_sample"))
-  done = jsonl.load(args.out, key=record_key)
-  configs = [(p, n) for p in args.presets for n in args.n]
-  results = []
-  for name, n in tqdm(configs, desc="bench_decode", file=sys.stderr):
-    key = (name, n, args.batch, args.max_decode_len, args.source_len,
-           args.cross_kv)
-    if key in done:
-      results.append(done[key])
-      continue
-    record = measure(name, n, args.batch, args.max_decode_len, args.source_len,
-                     args.repeats, args.cross_kv)
-    results.append(record)
-    jsonl.append(args.out, record)
+  configs = [(p, n, args.batch, args.max_decode_len, args.source_len,
+              args.cross_kv) for p in args.presets for n in args.n]
+  done = jsonl.run_missing(
+      args.out, configs, record_key,
+      lambda c: measure(*c[:5], args.repeats, c[5]), "bench_decode")
+  results = [done[c] for c in configs]
   for r in results:
     print(json.dumps(r))
   ratios = [r["arithmetic_vs_ancestral_step"] for r in results]

@@ -22,10 +22,9 @@ import sys
 import time
 
 import jax
-from tqdm import tqdm
 
 from arithmetic_decoding import arithmetic_categorical
-from arithmetic_decoding.cli import jsonl
+from arithmetic_apps import jsonl
 
 
 def time_pair(fns, args, repeats: int, inner: int):
@@ -71,17 +70,16 @@ def main(argv=None) -> int:
                       help="JSON-lines file: results are appended and reused.")
   args = parser.parse_args(argv)
 
-  done = jsonl.load(args.out, key=lambda r: (r["vocab"], r["batch"], r["dtype"]))
   configs = [(v, b, d) for v in args.vocab for b in args.batch for d in args.dtype]
-  results = []
-  for config in tqdm(configs, desc="bench_sampler", file=sys.stderr):
-    if config in done:
-      results.append(done[config])
-      continue
+
+  def run(config):
     record = measure(*config, repeats=args.repeats, inner=args.inner)
-    record["backend"] = jax.default_backend()
-    results.append(record)
-    jsonl.append(args.out, record)
+    return dict(record, backend=jax.default_backend())
+
+  done = jsonl.run_missing(
+      args.out, configs, lambda r: (r["vocab"], r["batch"], r["dtype"]), run,
+      "bench_sampler")
+  results = [done[c] for c in configs]
   for r in results:
     print(json.dumps(r))
   ratios = [r["ratio"] for r in results]

@@ -22,11 +22,10 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TPU_ACCELERATOR_TYPE", "v4-8")
 
 import numpy as np  # noqa: E402
-from tqdm import tqdm  # noqa: E402
 
-from arithmetic_decoding.cli import jsonl  # noqa: E402
-from arithmetic_decoding.study.memory_model import features  # noqa: E402
-from arithmetic_decoding.study.points import Point, compile_point, model_of  # noqa: E402
+from arithmetic_apps import jsonl  # noqa: E402
+from arithmetic_apps.study.memory_model import features  # noqa: E402
+from arithmetic_apps.study.points import Point, compile_point, model_of  # noqa: E402
 
 GRID = [(L, topo, mesh, n) for L in (128, 512)
         for (topo, mesh, n) in [("v4-1x1x1", (1, 1), 8), ("v4-1x1x1", (1, 1), 64),
@@ -39,13 +38,10 @@ def main(argv=None) -> int:
   parser.add_argument("--preset", default="small")
   parser.add_argument("--out", default="results/study/calibration.jsonl")
   args = parser.parse_args(argv)
-  done = jsonl.load(args.out, key=lambda r: Point.of(r).key())
   points = [Point(args.preset, m, L, t, mesh, n) for m in ("beam", "arithmetic")
             for (L, t, mesh, n) in GRID]
-  for p in tqdm(points, desc="calibration", file=sys.stderr):
-    if p.key() not in done:
-      done[p.key()] = compile_point(p)
-      jsonl.append(args.out, done[p.key()])
+  done = jsonl.run_missing(args.out, points, Point.of, compile_point,
+                           "calibration")
   fitted = {}
   for method in ("beam", "arithmetic"):
     rows = [r for r in done.values() if r["method"] == method and

@@ -23,18 +23,19 @@ import sys
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-from arithmetic_decoding.cli import jsonl  # noqa: E402
+from arithmetic_apps import jsonl  # noqa: E402
 
 TOPOLOGIES = ("v6e-1x1", "v5e-1x1", "v5p-2x2x1")
 PLAN = {"v6e-1x1": (128, 1024), "v5e-1x1": (128,), "v5p-2x2x1": (1024,)}
+# The calculator's two lines of the paper (study method names, `points.VARIANTS`).
 METHODS = ("beam", "arithmetic")
 
 
 def run_topology(name: str, out: str) -> None:
-  from arithmetic_decoding.study.memory_model import (analytic_bytes,
+  from arithmetic_apps.study.memory_model import (analytic_bytes,
                                                       largest_n)
-  from arithmetic_decoding.study.points import Point, compile_point, model_of
-  from arithmetic_decoding.topology import load_topology
+  from arithmetic_apps.study.points import Point, compile_point, model_of
+  from arithmetic_apps.topology import load_topology
   topo = load_topology(name)
   mesh = tuple(topo.mesh_shapes[0])
   points = []
@@ -60,9 +61,9 @@ def run_topology(name: str, out: str) -> None:
 def summarise(r: dict) -> dict:
   """A record against the current formula (recomputed: the records keep
   only what the compiler said)."""
-  from arithmetic_decoding.study.memory_model import (analytic_bytes, fits,
+  from arithmetic_apps.study.memory_model import (analytic_bytes, fits,
                                                       largest_n)
-  from arithmetic_decoding.study.points import Point, model_of
+  from arithmetic_apps.study.points import Point, model_of
   point = Point.of(r)
   config = model_of(point).config
   formula = analytic_bytes(config, point.method, point.n, point.length,

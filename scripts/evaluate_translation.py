@@ -17,9 +17,9 @@ import time
 
 from tqdm import tqdm
 
-from arithmetic_decoding.metrics import corpus_bleu
-from arithmetic_decoding.translation.data import load_split
-from arithmetic_decoding.translation.translate import Translator
+from arithmetic_apps.metrics import corpus_bleu
+from arithmetic_apps.translation.data import load_split
+from arithmetic_apps.translation.translate import Translator
 
 
 def translate_all(translator, sources, method, beams, batch):

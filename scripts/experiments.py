@@ -21,8 +21,8 @@ import zlib
 import jax
 import numpy as np
 
-from arithmetic_decoding.translation import experiments as ex
-from arithmetic_decoding.translation.data import load_split
+from arithmetic_apps.translation import experiments as ex
+from arithmetic_apps.translation.data import load_split
 
 QUICK = ex.Budget(quality_verses=2, quality_n=(3,), quality_temperatures=(0.5,),
                   estimator_verses=2, estimator_repeats=3, estimator_n=(2, 4),

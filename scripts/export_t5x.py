@@ -19,8 +19,8 @@ import numpy as np
 
 from arithmetic_decoding.models.t5x_checkpoint import (
     load_t5x_checkpoint, save_t5x_checkpoint, t5x_model_gin)
-from arithmetic_decoding.translation.checkpoint import load_model
-from arithmetic_decoding.translation.tokenizer import ASSETS, SPM_PATH
+from arithmetic_apps.translation.checkpoint import load_model
+from arithmetic_apps.translation.tokenizer import ASSETS, SPM_PATH
 
 
 def main():

@@ -29,10 +29,10 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import numpy as np  # noqa: E402
 
-from arithmetic_decoding.cli import jsonl  # noqa: E402
-from arithmetic_decoding.study import memory_model as mm  # noqa: E402
-from arithmetic_decoding.study import report  # noqa: E402
-from arithmetic_decoding.study.points import Point, model_of  # noqa: E402
+from arithmetic_apps import jsonl  # noqa: E402
+from arithmetic_apps.study import memory_model as mm  # noqa: E402
+from arithmetic_apps.study import report  # noqa: E402
+from arithmetic_apps.study.points import Point, model_of  # noqa: E402
 
 GRID = np.round(np.arange(1.0, 9.0001, 0.05), 2)
 # Cross-attention copies per input, with keys/values per input.

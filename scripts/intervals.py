@@ -31,9 +31,9 @@ from typing import Tuple
 import jax
 import numpy as np
 
-from arithmetic_decoding.translation import experiments as ex
-from arithmetic_decoding.translation import intervals as iv
-from arithmetic_decoding.translation.data import load_split
+from arithmetic_apps.translation import experiments as ex
+from arithmetic_apps.translation import intervals as iv
+from arithmetic_apps.translation.data import load_split
 
 
 @dataclasses.dataclass(frozen=True)

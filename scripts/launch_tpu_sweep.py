@@ -5,15 +5,15 @@
       --repository https://github.com/<you>/arithmetic-decoding     # prints
   python scripts/launch_tpu_sweep.py ... --execute                   # runs
 
-See arithmetic_decoding/study/launcher.py for what each step does.
+See apps/arithmetic_apps/study/launcher.py for what each step does.
 """
 
 import argparse
 import json
 import sys
 
-from arithmetic_decoding.study.launcher import LaunchConfig, execute, plan
-from arithmetic_decoding.topology import available_topologies
+from arithmetic_apps.study.launcher import LaunchConfig, execute, plan
+from arithmetic_apps.topology import available_topologies
 
 
 def main(argv=None) -> int:

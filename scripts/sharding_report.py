@@ -1,6 +1,6 @@
 """Prints the README's sharding table and per-step collective counts.
 
-Runs `scripts/multidevice_worker.py` (8 emulated CPU devices, tiny model,
+Runs `tests/multidevice_worker.py` (8 emulated CPU devices, tiny model,
 float32, B = 8, N = 16, 12 positions) for the `meshes` and `hlo` scenarios
 and compares every mesh with one device:
 
@@ -26,10 +26,12 @@ import tempfile
 
 import numpy as np
 
+from arithmetic_decoding.methods import Method
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-WORKER = ROOT / "scripts" / "multidevice_worker.py"
+WORKER = ROOT / "tests" / "multidevice_worker.py"
 MESHES = ("2x1", "4x1", "8x1", "4x2", "2x4", "1x8")
-METHODS = ("arithmetic", "ancestral", "beam")
+METHODS = tuple(m.value for m in Method)
 
 
 def run_worker(scenario: str, out: pathlib.Path) -> None:
@@ -99,9 +101,9 @@ def main(argv=None) -> int:
   print(json.dumps(result))
   worst = min(table[s][f"{m}_tokens_equal"] for s in MESHES for m in METHODS)
   data_loops = sum(sum(collectives[m]["loop"].values())
-                   for m in ("arithmetic", "ancestral"))
+                   for m in (m.value for m in Method.sampling()))
   print(f"sharding_report: worst token agreement with one device "
-        f"{worst:.0%} over {len(MESHES)} meshes x 3 methods; "
+        f"{worst:.0%} over {len(MESHES)} meshes x {len(METHODS)} methods; "
         f"{data_loops} collectives in the data-parallel sampling loops; "
         f"beam search loop {collectives['beam']['loop']}")
   return 0

@@ -5,7 +5,7 @@
 
 `--measure` times a few steps of the configured size and prints tokens/s
 (JSON), to size the model for a time budget. `--export` copies the final
-model into the package (`arithmetic_decoding/assets/en_fr/`).
+model into the package (`apps/arithmetic_apps/assets/en_fr/`).
 `--tokenizer` (re)trains the SentencePiece vocabulary on the training
 split's English and French text and writes `assets/en_fr/spm.model`.
 """
@@ -18,7 +18,7 @@ import time
 import jax
 
 from arithmetic_decoding.models import preset
-from arithmetic_decoding.translation import data, tokenizer, train
+from arithmetic_apps.translation import data, tokenizer, train
 
 ASSETS = tokenizer.ASSETS
 

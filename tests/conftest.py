@@ -37,3 +37,15 @@ RUN_MODES = ("library_jit", "outer_jit", "no_jit")
 @pytest.fixture(params=RUN_MODES)
 def run_mode(request):
   return request.param
+
+
+# A script the multi-device tests run in subprocesses, not a test module.
+collect_ignore = ["multidevice_worker.py"]
+
+
+def pytest_configure(config):
+  config.addinivalue_line(
+      "markers",
+      "slow: subprocess multi-device runs, TPU-compiler and mT5-small "
+      "compiles, end-to-end runs of the applications (`make test-fast` "
+      "leaves them out; `make test` runs them)")

@@ -21,7 +21,7 @@ from arithmetic_decoding.models.encoder_decoder import group_size
 from helpers import teacher_forced_log_probs
 
 ROOT = pathlib.Path(__file__).parent.parent
-WORKER = ROOT / "scripts" / "multidevice_worker.py"
+WORKER = ROOT / "tests" / "multidevice_worker.py"
 # (preset, mesh, batch, N, length): rows per device 16 (whole inputs), and 4
 # and 3 (an input's samples split over devices: groups of gcd(N, rows) rows).
 # mT5-small at temperature 0.2 (see above).

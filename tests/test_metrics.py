@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from arithmetic_decoding.metrics import (SampleSetStats, corpus_bleu,
+from arithmetic_apps.metrics import (SampleSetStats, corpus_bleu,
                                          duplicate_rate, macro_average,
                                          ngram_diversity, sentence_bleu)
 

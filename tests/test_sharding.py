@@ -18,12 +18,12 @@ from arithmetic_decoding.models import EncoderDecoderModel, preset
 from arithmetic_decoding.sharding import (LOGICAL_AXIS_RULES, DecodeSetup,
                                           Method, make_sharded_decode,
                                           param_shardings)
-from arithmetic_decoding.topology import (available_topologies, load_topology,
+from arithmetic_apps.topology import (available_topologies, load_topology,
                                           make_mesh)
 from helpers import teacher_forced_log_probs
 
 ROOT = pathlib.Path(__file__).parent.parent
-WORKER = ROOT / "scripts" / "multidevice_worker.py"
+WORKER = ROOT / "tests" / "multidevice_worker.py"
 DATA_MESHES = ("2x1", "4x1", "8x1")
 MODEL_MESHES = ("4x2", "2x4", "1x8")
 EOS = 1
@@ -118,7 +118,7 @@ def _decode_loop(loops):
   return with_model[0]
 
 
-@pytest.mark.parametrize("method", ["arithmetic", "ancestral"])
+@pytest.mark.parametrize("method", ["greedy", "arithmetic", "ancestral"])
 def test_data_parallel_sampling_loop_has_no_collectives(hlo_report, method):
   report = hlo_report[method]
   for loop in report["loops"]:

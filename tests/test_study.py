@@ -1,4 +1,4 @@
-"""The Figure 5 study (arithmetic_decoding.study): the search against a fake
+"""The Figure 5 study (arithmetic_apps.study): the search against a fake
 memory function, the sweep's resume after SIGKILL, and the real TPU
 compiler on the tiny preset (needs libtpu, which CI installs)."""
 
@@ -14,10 +14,10 @@ import time
 
 import pytest
 
-from arithmetic_decoding.study import report
-from arithmetic_decoding.study.points import Point, fits
-from arithmetic_decoding.study.sweep import Sweep, SweepConfig, min_chips
-from arithmetic_decoding.topology import load_topology
+from arithmetic_apps.study import report
+from arithmetic_apps.study.points import Point, fits
+from arithmetic_apps.study.sweep import Sweep, SweepConfig, min_chips
+from arithmetic_apps.topology import load_topology
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 HAS_LIBTPU = importlib.util.find_spec("libtpu") is not None
@@ -97,7 +97,7 @@ def test_report_table_and_figure(tmp_path):
 def _study(out, *extra):
   env = dict(os.environ, JAX_PLATFORMS="cpu", TPU_ACCELERATOR_TYPE="v4-8")
   env.pop("XLA_FLAGS", None)
-  return [sys.executable, "-m", "arithmetic_decoding.study", "--preset",
+  return [sys.executable, "-m", "arithmetic_apps.study", "--preset",
           "tiny", "--lengths", "128", "--topologies", "v4-1x1x1", "v4-2x2x1",
           "--max_exp", "3", "--out", str(out), *extra], env
 
@@ -141,8 +141,8 @@ def test_tiny_study_with_the_tpu_compiler_resumes_after_sigkill(tmp_path):
 
 
 def test_launcher_dry_run_for_every_topology():
-  from arithmetic_decoding.study.launcher import LaunchConfig, plan  # pylint: disable=g-import-not-at-top
-  from arithmetic_decoding.topology import available_topologies  # pylint: disable=g-import-not-at-top
+  from arithmetic_apps.study.launcher import LaunchConfig, plan  # pylint: disable=g-import-not-at-top
+  from arithmetic_apps.topology import available_topologies  # pylint: disable=g-import-not-at-top
   cfg = LaunchConfig(project="proj", zone="us-central2-b",
                      bucket="gs://bucket/study", repository="https://x/ad",
                      checkpoint="gs://t5-data/pretrained_models/t5x/mt5_xxl/"
@@ -176,7 +176,7 @@ def test_measure_mode_on_eight_emulated_devices(tmp_path, mesh):
   out = tmp_path / "measure.jsonl"
   env = dict(os.environ, JAX_PLATFORMS="cpu",
              XLA_FLAGS="--xla_force_host_platform_device_count=8")
-  cmd = [sys.executable, "-m", "arithmetic_decoding.study.measure",
+  cmd = [sys.executable, "-m", "arithmetic_apps.study.measure",
          "--preset", "tiny", "--topology", "v4-2x2x2", "--mesh", *mesh,
          "--lengths", "16", "--n", "8", "--repeats", "2", "--out", str(out)]
   done = subprocess.run(cmd, env=env, capture_output=True, text=True,
@@ -193,7 +193,7 @@ def test_measure_mode_on_eight_emulated_devices(tmp_path, mesh):
 
 def test_other_hardware_topologies_load_but_are_not_swept():
   """tpu_configs/other/: the calculator's check on v5e, v5p and v6e."""
-  from arithmetic_decoding.topology import available_topologies
+  from arithmetic_apps.topology import available_topologies
   expected = {"v6e-1x1": ("v6e:1x1", "default", 1, 32, "v6e-1"),
               "v5e-1x1": ("v5e:1x1", "default", 1, 16, "v5litepod-1"),
               "v5p-2x2x1": ("v5p:2x2x1", "megacore", 4, 95, "v5p-8")}
@@ -206,31 +206,11 @@ def test_other_hardware_topologies_load_but_are_not_swept():
   assert load_topology("v4-1x1x1").chip_config == "megacore"
 
 
-def _formula_errors(records):
-  records = [r for r in records if not r.get("error") and "total_bytes" in r]
-  return [(Point.of(r), e["error"])
-          for r, e in zip(records, report.model_error(records))]
-
-
-def test_memory_model_within_10_percent_of_every_compiled_xxl_point():
-  """The issue's goal, on the committed sweep (the formula's copy counts
-  were fitted on these points: scripts/fit_memory_model.py reports how far
-  they carry to points left out)."""
-  records = [json.loads(line) for line in
-             open(ROOT / "results" / "study" / "points.jsonl")]
-  compiled = [r for r in records if r["preset"] == "xxl" and
-              not r.get("error") and "total_bytes" in r]
-  errors = _formula_errors(compiled)
-  assert len({p.key() for p, _ in errors}) >= 250
-  worst = max(errors, key=lambda pe: abs(pe[1]))
-  assert abs(worst[1]) <= 0.10, worst
-
-
 def test_memory_model_squeezes_only_near_the_limit():
   """Natural copies while the total leaves room; the squeezed count where
   the natural schedule would come within squeeze_at of the usable memory."""
   from arithmetic_decoding.models import preset
-  from arithmetic_decoding.study import memory_model as mm
+  from arithmetic_apps.study import memory_model as mm
   xxl = preset("xxl", dtype="bfloat16", param_dtype="bfloat16")
   unit = mm.features(xxl, 64, 128, (1, 2))[0]  # 1.5 GiB
   parts = mm.analytic_bytes(xxl, "arithmetic", 64, 128, (1, 2))
@@ -252,7 +232,7 @@ def test_memory_model_on_mt5_small_compiled_now():
   the parameter bytes) and dominated by the program's own code."""
   script = (
       "import json, sys\n"
-      "from arithmetic_decoding.study.points import Point, compile_point\n"
+      "from arithmetic_apps.study.points import Point, compile_point\n"
       "for m, L, mesh, n in [('arithmetic', 128, (1, 1), 64),"
       " ('beam', 512, (1, 2), 32)]:\n"
       "  topo = 'v4-1x1x1' if mesh == (1, 1) else 'v4-1x2x1'\n"
@@ -269,31 +249,10 @@ def test_memory_model_on_mt5_small_compiled_now():
   committed = [json.loads(line) for line in
                open(ROOT / "results" / "study" / "calibration.jsonl")]
   assert len(committed) == 20
-  for point, error in _formula_errors(records + committed):
+  for point, error in report.point_errors(records + committed):
     assert abs(error) <= 0.20, (point, error)
 
 
 def test_sweep_config_names_a_bad_guess():
   with pytest.raises(ValueError, match="guess must be one of"):
     SweepConfig(guess="oracle")
-
-
-def test_timed_sweep_from_the_formula_guess_gives_the_same_answer():
-  """results/study/timed/ is the paper's lines swept again from the
-  formula's guess (the sweep-time measurement): the same largest N for
-  every (method, L, topology) as the canonical sweep, and the same bytes
-  at every point both compiled (the compiler is deterministic)."""
-  study = ROOT / "results" / "study"
-  ours = json.loads((study / "timed" / "summary.json").read_text())["best"]
-  canonical = json.loads((study / "summary.json").read_text())["best"]
-  assert len(ours) == 32
-  for key, slot in ours.items():
-    assert slot["n"] == canonical[key]["n"], key
-  def records(path):
-    return {Point.of(r).key(): r for r in map(json.loads, open(path))}
-  timed, full = records(study / "timed" / "points.jsonl"), records(
-      study / "points.jsonl")
-  both = [k for k in timed if k in full and "total_bytes" in timed[k]]
-  assert len(both) >= 100
-  for key in both:
-    assert timed[key]["total_bytes"] == full[key]["total_bytes"], key

@@ -16,7 +16,7 @@ from typing import Dict, List, Sequence
 
 import jax
 
-from arithmetic_decoding.translation.tokenizer import SPM_PATH
+from arithmetic_apps.translation.tokenizer import SPM_PATH
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 HERE = pathlib.Path(__file__).resolve().parent

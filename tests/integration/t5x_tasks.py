@@ -10,7 +10,7 @@ import pathlib
 import seqio
 import tensorflow as tf
 
-from arithmetic_decoding.translation.tokenizer import SPM_PATH
+from arithmetic_apps.translation.tokenizer import SPM_PATH
 
 TSV = pathlib.Path(__file__).resolve().parents[1] / "data" / "bible_en_fr_infer.tsv"
 VOCABULARY = seqio.SentencePieceVocabulary(str(SPM_PATH))

@@ -24,8 +24,8 @@ from arithmetic_decoding import arithmetic_sample, beam_search
 from arithmetic_decoding.models import EncoderDecoderModel
 from arithmetic_decoding.models.t5x_checkpoint import (
     load_t5x_checkpoint, save_t5x_checkpoint, t5x_model_gin)
-from arithmetic_decoding.translation.checkpoint import load_model
-from arithmetic_decoding.translation.tokenizer import ASSETS, SPM_PATH
+from arithmetic_apps.translation.checkpoint import load_model
+from arithmetic_apps.translation.tokenizer import ASSETS, SPM_PATH
 from infer_runs import (BATCH, INPUT_LENGTH, TARGET_LENGTH, first_batch_key,
                         run_gin, t5x_infer)
 
@@ -201,7 +201,7 @@ def test_beam_search_gin(exported):
 def test_seqio_reads_the_committed_tokenizer():
   # The SentencePiece file a T5X user loads with seqio is ours, id for id.
   import seqio  # pylint: disable=g-import-not-at-top
-  from arithmetic_decoding.translation.tokenizer import Tokenizer
+  from arithmetic_apps.translation.tokenizer import Tokenizer
   vocabulary = seqio.SentencePieceVocabulary(str(SPM_PATH))
   ours = Tokenizer.load()
   assert (vocabulary.vocab_size, vocabulary.eos_id, vocabulary.pad_id,

@@ -13,7 +13,7 @@ a model expectation (the mean length of a decoded sequence) many times from
 N samples with each method and compares the spread of the estimates with
 the exact value.
 
-  python -m arithmetic_decoding.cli.demo [--num_decodes 8] [--temperature 0.5]
+  python -m arithmetic_apps.demo [--num_decodes 8] [--temperature 0.5]
       [--verses 4] [--text "The Lord is my shepherd."]
 """
 
@@ -28,12 +28,12 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm import tqdm
 
-from arithmetic_decoding import CodeScheme, arithmetic_sample
-from arithmetic_decoding.metrics import ngram_diversity, sentence_bleu
+from arithmetic_decoding import CodeScheme, Method, arithmetic_sample
+from arithmetic_apps.metrics import ngram_diversity, sentence_bleu
 from arithmetic_decoding.testing import enumerate_sequences
 from arithmetic_decoding.toy import EOS_ID, ToyLanguageModel
-from arithmetic_decoding.translation.data import load_split
-from arithmetic_decoding.translation.translate import Translator
+from arithmetic_apps.translation.data import load_split
+from arithmetic_apps.translation.translate import Translator
 
 # Held-out test verses shown by default (indices into the test split).
 DEMO_VERSES = (0, 90, 250, 300)
@@ -42,8 +42,10 @@ WORDS = ["<pad>", "</s>", "le", "chat", "dort", "sur", "un", "tapis"]
 MODEL = ToyLanguageModel(vocab_size=len(WORDS), num_sources=3, num_states=4096,
                          logit_scale=1.6, eos_bonus=0.6, seed=1)
 LENGTH = 6
-METHODS = {"arithmetic (shifted lattice)": CodeScheme.SHIFTED_LATTICE,
-           "ancestral (iid codes)": CodeScheme.IID}
+# The toy part draws both sample sets from codes: iid codes decode to
+# exactly the distribution of ancestral samples.
+CODE_SETS = {"arithmetic (shifted lattice)": CodeScheme.SHIFTED_LATTICE,
+             "ancestral (iid codes)": CodeScheme.IID}
 
 
 def text(tokens) -> str:
@@ -109,7 +111,7 @@ def translation_part(args) -> dict:
     for r in references:
       print(f"  reference: {r}")
     row = {"name": name}
-    for method in ("arithmetic", "ancestral"):
+    for method in (m.value for m in Method.sampling()):
       samples = translator.sample([source], n, temperature,
                                   jax.random.fold_in(key, index), method)[0]
       texts = show_set(method, samples, references)
@@ -132,7 +134,7 @@ def toy_part(args) -> dict:
   print(f"Part 2: the toy model (vocabulary {WORDS[2:]}), whose sequences "
         f"can be enumerated.\nEstimating the mean decoded length of prompt 0 "
         f"from {n} samples, {reps} times (exact value {exact:.4f}):")
-  for name, scheme in tqdm(METHODS.items(), desc="estimates", file=sys.stderr):
+  for name, scheme in tqdm(CODE_SETS.items(), desc="estimates", file=sys.stderr):
     decodes, _ = decode([0] * reps, n, args.toy_temperature, scheme,
                         args.seed + 1)
     estimates = decoded_length(np.asarray(decodes)).mean(axis=1)

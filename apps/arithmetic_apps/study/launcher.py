@@ -26,7 +26,7 @@ import shlex
 import subprocess
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from arithmetic_decoding.topology import load_topology
+from arithmetic_apps.topology import load_topology
 
 T5X_REPOSITORY = "https://github.com/google-research/t5x"
 
@@ -89,7 +89,7 @@ def measure_command(cfg: LaunchConfig, topology_name: str) -> str:
   """The shell command every worker of the slice runs for one topology."""
   topology = load_topology(topology_name)
   env = " ".join(f"{k}={v}" for k, v in sorted(topology.environment.items()))
-  args = ["python3", "-m", "arithmetic_decoding.study.measure",
+  args = ["python3", "-m", "arithmetic_apps.study.measure",
           f"--preset={cfg.preset}", f"--topology={topology.name}",
           "--methods", *cfg.methods, "--lengths", *map(str, cfg.lengths),
           "--n", *map(str, cfg.ns), f"--out=/tmp/measure-{topology.name}.jsonl"]

@@ -34,8 +34,8 @@ import numpy as np
 from scipy import stats
 
 from arithmetic_decoding.codes import ONE_BELOW, radical_inverse_base2
-from arithmetic_decoding.metrics import sentence_bleu
-from arithmetic_decoding.translation.translate import Translator
+from arithmetic_apps.metrics import sentence_bleu
+from arithmetic_apps.translation.translate import Translator
 
 
 def lattice_codes(shifts: np.ndarray, points: int) -> np.ndarray:

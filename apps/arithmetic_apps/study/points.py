@@ -24,26 +24,24 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from arithmetic_decoding.methods import Method
 from arithmetic_decoding.models import EncoderDecoderModel, preset
 from arithmetic_decoding.sharding import (DecodeSetup, make_sharded_decode,
                                           param_shardings)
-from arithmetic_decoding.topology import aot_devices, load_topology, make_mesh
+from arithmetic_apps.study.memory_model import RESERVE_BYTES
+from arithmetic_apps.topology import aot_devices, load_topology, make_mesh
 
 # Study method -> (decode method, the model's cross-attention keys/values).
 # The paper's setting is T5X's layout ("per_sample"); "arithmetic_shared" is
 # arithmetic sampling with keys/values projected once per input
 # (`models.CrossKV`), our own line beside the paper's.
-VARIANTS = {"beam": ("beam", "per_sample"),
-            "arithmetic": ("arithmetic", "per_sample"),
-            "ancestral": ("ancestral", "per_sample"),
-            "arithmetic_shared": ("arithmetic", "per_input")}
+VARIANTS = {"beam": (Method.BEAM, "per_sample"),
+            "arithmetic": (Method.ARITHMETIC, "per_sample"),
+            "ancestral": (Method.ANCESTRAL, "per_sample"),
+            "arithmetic_shared": (Method.ARITHMETIC, "per_input")}
 METHODS = tuple(VARIANTS)
-# The TPU v4 compiler's usable HBM: its out-of-memory message reads "exceeds
-# available HBM (30.75G)" on a 32 GiB chip (measured here, mT5-XXL beam
-# search, N = 128). The 1.25 GiB difference is what libtpu holds back for
-# itself; a program fits when its total bytes per chip are at most the
-# chip's HBM minus this reserve.
-RESERVE_BYTES = 32 * 2**30 - int(30.75 * 2**30)
+# A program fits when its total bytes per chip are at most the chip's HBM
+# minus the reserve libtpu keeps (`memory_model.RESERVE_BYTES`, 1.25 GiB).
 
 
 @dataclasses.dataclass(frozen=True)

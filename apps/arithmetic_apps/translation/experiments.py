@@ -27,11 +27,12 @@ from typing import Dict, List, Sequence, Tuple
 import jax
 import numpy as np
 
-from arithmetic_decoding.metrics import SampleSetStats, macro_average, sentence_bleu
-from arithmetic_decoding.translation.data import Verse
-from arithmetic_decoding.translation.translate import Translator
+from arithmetic_apps.metrics import SampleSetStats, macro_average, sentence_bleu
+from arithmetic_decoding.methods import Method
+from arithmetic_apps.translation.data import Verse
+from arithmetic_apps.translation.translate import Translator
 
-METHODS = ("arithmetic", "ancestral")
+METHODS = tuple(m.value for m in Method.sampling())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,7 +156,7 @@ def run_plan(path: str, runs: Sequence, key_of, run_one, *, report_only: bool,
   """The finished runs by key: loaded from `path` only (`report_only`), or
   with the missing ones run on the embedded model (`run_one(translator,
   run)`), each appended to `path` as it finishes."""
-  from arithmetic_decoding.cli import jsonl  # pylint: disable=g-import-not-at-top
+  from arithmetic_apps import jsonl  # pylint: disable=g-import-not-at-top
   if report_only:
     return jsonl.load(path, key=key_of)
   translator = Translator.load()

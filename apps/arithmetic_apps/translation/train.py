@@ -28,8 +28,8 @@ import optax
 
 from arithmetic_decoding.models import EncoderDecoderModel
 from arithmetic_decoding.models.config import T5Config
-from arithmetic_decoding.translation import checkpoint
-from arithmetic_decoding.translation.tokenizer import PAD_ID
+from arithmetic_apps.translation import checkpoint
+from arithmetic_apps.translation.tokenizer import PAD_ID
 
 
 @dataclasses.dataclass(frozen=True)

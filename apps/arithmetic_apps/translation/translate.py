@@ -2,9 +2,10 @@
 
 `Translator.load()` reads the packaged model (`assets/en_fr/`: config,
 parameters, SentencePiece vocabulary) and decodes text with the library's
-own decode functions: `sample` (arithmetic or ancestral sampling, N per
-input), `beam` and `greedy`. Each compiled program is cached per
-(method, N, batch, lengths), with parameters as arguments.
+own decode functions (`methods.Method`): `sample` (arithmetic or ancestral
+sampling, N per input), `beam` and `greedy`, all through one
+`jax.jit(static_argnames=...)` program per (method, N, batch, lengths),
+with parameters as arguments.
 
     translator = Translator.load()
     samples = translator.sample(["In the beginning God created the heavens."],
@@ -24,16 +25,31 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from arithmetic_decoding.beam_search import beam_search
 from arithmetic_decoding.codes import CodeScheme
-from arithmetic_decoding.decoding import ancestral_sample, arithmetic_sample
+from arithmetic_decoding.methods import Method
 from arithmetic_decoding.models import EncoderDecoderModel
-from arithmetic_decoding.translation import checkpoint
-from arithmetic_decoding.translation.tokenizer import (ASSETS, EOS_ID,
+from arithmetic_apps.translation import checkpoint
+from arithmetic_apps.translation.tokenizer import (ASSETS, EOS_ID,
                                                        Tokenizer)
 
 PyTree = Any
-METHODS = ("arithmetic", "ancestral")
+
+
+# One compiled program per static configuration (the model object, method,
+# N, length, code scheme, alpha) and input shape; parameters are arguments.
+@functools.partial(jax.jit, static_argnames=(
+    "model", "method", "num_decodes", "length", "code_scheme", "alpha"))
+def _decode(params, tokens, key, temperature, codes, *,
+            model: EncoderDecoderModel, method: Method, num_decodes: int,
+            length: int, code_scheme: CodeScheme = CodeScheme.SHIFTED_LATTICE,
+            alpha: float = 0.6):
+  """-> (tokens int32 [B, N, length], scores float32 [B, N]), ascending."""
+  inputs, cache, step = model.decode_inputs(params, tokens, length,
+                                            num_decodes)
+  return method.decode(inputs, cache, step, EOS_ID, key,
+                       num_decodes=num_decodes, temperature=temperature,
+                       topk=0, codes=codes, code_scheme=code_scheme,
+                       alpha=alpha)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,17 +104,9 @@ class Translator:
       out.append(row[::-1])  # the decode functions sort ascending
     return out
 
-  @functools.cached_property
-  def _compiled(self):
-    return {}
-
-  def _program(self, name: str, build):
-    if name not in self._compiled:
-      self._compiled[name] = jax.jit(build())
-    return self._compiled[name]
-
   def sample(self, texts: Sequence[str], num_decodes: int,
-             temperature: float, key: jax.Array, method: str = "arithmetic",
+             temperature: float, key: jax.Array,
+             method: Method | str = Method.ARITHMETIC,
              codes: Optional[jax.Array] = None,
              code_scheme: CodeScheme = CodeScheme.SHIFTED_LATTICE
              ) -> List[List[Sample]]:
@@ -107,47 +115,31 @@ class Translator:
     `codes` [B, N] (arithmetic only) decodes given codes; otherwise they are
     made from `key` with `code_scheme`.
     """
-    if method not in METHODS:
-      raise ValueError(f"method must be one of {METHODS}; got {method!r}.")
-    n, length = num_decodes, self.max_decode_len
-    scheme = CodeScheme(code_scheme)
-
-    def build():
-      def run(params, tokens, key, temperature, codes):
-        inputs, cache, step = self.model.decode_inputs(params, tokens,
-                                                       length, n)
-        if method == "ancestral":
-          return ancestral_sample(inputs, cache, step, EOS_ID, key,
-                                  num_decodes=n, temperature=temperature,
-                                  topk=0)
-        return arithmetic_sample(inputs, cache, step, EOS_ID, key,
-                                 num_decodes=n, temperature=temperature,
-                                 topk=0, codes=codes, code_scheme=scheme)
-      return run
-
-    name = f"{method}/{n}/{scheme.value}/{codes is None}"
-    tokens, scores = self._program(name, build)(
-        self.params, self.encode(texts), key, jnp.float32(temperature), codes)
+    method = Method.of(method)
+    if method not in Method.sampling():
+      raise ValueError(f"method must be one of "
+                       f"{[m.value for m in Method.sampling()]}; got "
+                       f"{method.value!r}.")
+    tokens, scores = _decode(
+        self.params, self.encode(texts), key, jnp.float32(temperature), codes,
+        model=self.model, method=method, num_decodes=num_decodes,
+        length=self.max_decode_len, code_scheme=CodeScheme(code_scheme))
     return self._texts(np.asarray(tokens), np.asarray(scores))
 
   def beam(self, texts: Sequence[str], beams: int = 4,
            alpha: float = 0.6) -> List[List[Sample]]:
     """Beam search: `beams` finished translations per text, best first."""
-    length = self.max_decode_len
-
-    def build():
-      def run(params, tokens):
-        inputs, cache, step = self.model.decode_inputs(params, tokens,
-                                                       length, beams)
-        return beam_search(inputs, cache, step, EOS_ID, num_decodes=beams,
-                           alpha=alpha)
-      return run
-
-    tokens, scores = self._program(f"beam/{beams}/{alpha}", build)(
-        self.params, self.encode(texts))
+    tokens, scores = _decode(
+        self.params, self.encode(texts), None, None, None, model=self.model,
+        method=Method.BEAM, num_decodes=beams, length=self.max_decode_len,
+        alpha=alpha)
     return self._texts(np.asarray(tokens), np.asarray(scores))
 
   def greedy(self, texts: Sequence[str]) -> List[str]:
     """The argmax translation of each text."""
-    samples = self.sample(texts, 1, 0.0, jax.random.PRNGKey(0))
-    return [row[0].text for row in samples]
+    tokens, scores = _decode(
+        self.params, self.encode(texts), jax.random.PRNGKey(0), None, None,
+        model=self.model, method=Method.GREEDY, num_decodes=1,
+        length=self.max_decode_len)
+    return [row[0].text for row in self._texts(np.asarray(tokens),
+                                               np.asarray(scores))]

@@ -31,13 +31,16 @@ MESH_AXES = ("data", "model")
 _GIB = 1 << 30
 
 
+# The one place topology files are read from: `tpu_configs/` at the top of
+# the repository (the applications run from a checkout; they are not a wheel).
+CONFIG_DIR = pathlib.Path(__file__).resolve().parents[2] / "tpu_configs"
+
+
 def _config_dir() -> pathlib.Path:
-  """`tpu_configs/` of the source tree, or the copy installed with the package."""
-  here = pathlib.Path(__file__).resolve().parent
-  for candidate in (here.parent / "tpu_configs", here / "tpu_configs"):
-    if candidate.is_dir():
-      return candidate
-  raise FileNotFoundError(f"no tpu_configs/ next to {here}")
+  """`tpu_configs/` of the repository."""
+  if not CONFIG_DIR.is_dir():
+    raise FileNotFoundError(f"no tpu_configs/ at {CONFIG_DIR}")
+  return CONFIG_DIR
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,12 +22,12 @@ import dataclasses
 import math
 from typing import Callable, Dict, List, Optional, Tuple
 
-from arithmetic_decoding.cli import jsonl
-from arithmetic_decoding.study import memory_model
-from arithmetic_decoding.study.points import (Point, compile_point, model_of,
+from arithmetic_apps import jsonl
+from arithmetic_apps.study import memory_model
+from arithmetic_apps.study.points import (Point, compile_point, model_of,
                                               record_fits)
-from arithmetic_decoding.study.search import largest_fitting
-from arithmetic_decoding.topology import load_topology
+from arithmetic_apps.study.search import largest_fitting
+from arithmetic_apps.topology import load_topology
 
 TOPOLOGIES = ("v4-1x1x1", "v4-1x2x1", "v4-2x2x1", "v4-2x2x2")
 GUESSES = ("previous", "formula")

@@ -8,7 +8,7 @@ or a T5X checkpoint, and records per point: wall time per decode (median of
 device memory reported by `device.memory_stats()` (None where the backend
 reports none, e.g. CPU).
 
-  python -m arithmetic_decoding.study.measure --preset xxl \\
+  python -m arithmetic_apps.study.measure --preset xxl \\
       --topology v4-1x1x1 --methods beam arithmetic --lengths 128 \\
       --n 1 4 16 --out /tmp/measure.jsonl [--checkpoint gs://.../checkpoint_1000000]
 """
@@ -26,11 +26,11 @@ from typing import Dict, Optional
 import jax
 import jax.numpy as jnp
 
-from arithmetic_decoding.cli import jsonl
+from arithmetic_apps import jsonl
 from arithmetic_decoding.models import EncoderDecoderModel, preset
 from arithmetic_decoding.sharding import (DecodeSetup, make_sharded_decode,
                                           param_shardings)
-from arithmetic_decoding.topology import load_topology, make_mesh
+from arithmetic_apps.topology import load_topology, make_mesh
 
 
 def random_params(model: EncoderDecoderModel, mesh, seed: int = 0):

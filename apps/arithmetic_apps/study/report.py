@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import pathlib
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
-from arithmetic_decoding.study.memory_model import (FITTED, HARDWARE,
+from arithmetic_apps.study.memory_model import (FITTED, HARDWARE,
                                                     Constants, analytic_bytes,
                                                     calculator)
-from arithmetic_decoding.study.points import Point, model_of
-from arithmetic_decoding.study.sweep import (SweepConfig, replica_chips,
+from arithmetic_apps.study.points import Point, model_of
+from arithmetic_apps.study.sweep import (SweepConfig, replica_chips,
                                              min_chips)
-from arithmetic_decoding.topology import load_topology
+from arithmetic_apps.topology import load_topology
 
 _GIB = 2**30
 
@@ -55,6 +55,15 @@ def model_error(records: List[dict],
                 "analytic_gib": analytic / _GIB,
                 "error": analytic / r["total_bytes"] - 1})
   return out
+
+
+def point_errors(records: List[dict], constants: Constants = FITTED
+                 ) -> List[Tuple[Point, float]]:
+  """(point, analytic / compiled - 1) for every compiled point of `records`."""
+  compiled = [r for r in records
+              if not r.get("error") and "total_bytes" in r]
+  return [(Point.of(r), e["error"])
+          for r, e in zip(compiled, model_error(compiled, constants))]
 
 
 def markdown(best: Dict, records: List[dict], config: SweepConfig,

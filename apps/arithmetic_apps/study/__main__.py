@@ -1,9 +1,9 @@
-"""python -m arithmetic_decoding.study: the Figure 5 sweep, resumable.
+"""python -m arithmetic_apps.study: the Figure 5 sweep, resumable.
 
-  python -m arithmetic_decoding.study                      # mT5-XXL, all L
-  python -m arithmetic_decoding.study --preset tiny --lengths 128 \\
+  python -m arithmetic_apps.study                      # mT5-XXL, all L
+  python -m arithmetic_apps.study --preset tiny --lengths 128 \\
       --topologies v4-1x1x1 v4-2x2x1 --out /tmp/study       # a small one
-  python -m arithmetic_decoding.study --report_only         # tables, figure
+  python -m arithmetic_apps.study --report_only         # tables, figure
 
 Appends one JSON line per compiled point to OUT/points.jsonl (rerun to
 resume; finished points are not compiled again; --report_only compiles
@@ -25,9 +25,9 @@ os.environ.setdefault("TPU_ACCELERATOR_TYPE", "v4-8")
 
 from tqdm import tqdm  # noqa: E402
 
-from arithmetic_decoding.study import report  # noqa: E402
-from arithmetic_decoding.study.points import compile_point  # noqa: E402
-from arithmetic_decoding.study.sweep import (TOPOLOGIES, Sweep,  # noqa: E402
+from arithmetic_apps.study import report  # noqa: E402
+from arithmetic_apps.study.points import compile_point  # noqa: E402
+from arithmetic_apps.study.sweep import (TOPOLOGIES, Sweep,  # noqa: E402
                                              SweepConfig)
 
 
@@ -64,7 +64,7 @@ def main(argv=None) -> int:
   bar.close()
   records = [r for r in sweep.records.values()
              if r["preset"] == config.preset and r["dtype"] == config.dtype]
-  command = "python -m arithmetic_decoding.study " + " ".join(
+  command = "python -m arithmetic_apps.study " + " ".join(
       argv if argv is not None else sys.argv[1:])
   text = report.markdown(best, records, config, command.strip())
   if sweep.missing:

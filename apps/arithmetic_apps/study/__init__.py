@@ -5,5 +5,5 @@ for a TPU topology, its per-chip bytes) -> `memory_model` (the same bytes
 from a formula, for hardware we cannot compile for) -> `search` (the
 largest N that fits, by doubling and bisection) -> `sweep` (every method,
 length and topology, resumable) -> `report` (table and figure).
-`python -m arithmetic_decoding.study --help` is the CLI.
+`python -m arithmetic_apps.study --help` is the CLI.
 """

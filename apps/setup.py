@@ -1,0 +1,44 @@
+"""Packaging of the applications (import `arithmetic_apps`).
+
+What sits on top of the library `arithmetic-decoding`: the embedded
+English->French model with its data and training, the paper's experiments,
+the Figure 5 study and its Cloud TPU launcher, the demo, metrics and TPU
+topologies. Installed editable from a checkout (`pip install -e ./apps`):
+the study reads `tpu_configs/` at the top of the repository.
+"""
+
+import setuptools
+
+_TRANSLATION = ["sentencepiece>=0.2", "sacrebleu>=2.4", "tqdm>=4.60"]
+
+setuptools.setup(
+    name="arithmetic-apps",
+    version="0.1.0",
+    description="Applications of arithmetic-decoding: translation, the "
+                "paper's experiments, the Figure 5 study, the demo.",
+    license="Apache-2.0",
+    python_requires=">=3.11",
+    packages=setuptools.find_packages(
+        include=["arithmetic_apps", "arithmetic_apps.*"]),
+    package_data={"arithmetic_apps": ["assets/*/*"]},
+    install_requires=["arithmetic-decoding[models]", "numpy>=1.24"],
+    extras_require={
+        "demo": _TRANSLATION,
+        "translation": _TRANSLATION,
+        "train": _TRANSLATION + ["optax>=0.2"],
+        "experiments": _TRANSLATION + ["matplotlib>=3.7"],
+        "bench": ["tqdm>=4.60"],
+        # The real TPU compiler (libtpu, ~700 MB) for the Figure 5 study's
+        # ahead-of-time compiles; no TPU needed.
+        "tpu": ["jax[tpu]", "tqdm>=4.60", "matplotlib>=3.7"],
+        "test": _TRANSLATION + [
+            "pytest>=7",
+            "hypothesis>=6.80",
+            "scipy>=1.10",
+            "gin-config>=0.5",
+            "optax>=0.2",
+            "matplotlib>=3.7",
+            "tensorstore>=0.1.60",
+        ],
+    },
+)
