@@ -45,8 +45,9 @@ PYTEST := $(PY) -m pytest -q -rs --doctest-modules arithmetic_decoding \
 test: $(VENV)/.test-installed
 	$(PYTEST)
 
+# Two pytest workers (pytest-xdist) and 50 examples per property test.
 test-fast: $(VENV)/.test-installed
-	$(PYTEST) -m "not slow"
+	HYPOTHESIS_PROFILE=fast $(PYTEST) -m "not slow" -n 2 --dist worksteal
 
 check-results: $(VENV)/.test-installed
 	$(PY) -m pytest -q -rs checks

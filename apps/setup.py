@@ -33,6 +33,7 @@ setuptools.setup(
         "tpu": ["jax[tpu]", "tqdm>=4.60", "matplotlib>=3.7"],
         "test": _TRANSLATION + [
             "pytest>=7",
+            "pytest-xdist>=3",
             "hypothesis>=6.80",
             "scipy>=1.10",
             "gin-config>=0.5",

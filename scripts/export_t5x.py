@@ -5,7 +5,7 @@
 writes /tmp/en_fr_t5x/checkpoint_2800/ (T5X's format: msgpack index and one
 zarr array per parameter; local or gs://) and /tmp/en_fr_t5x/model.gin (the
 `network.T5Config` dims and the SentencePiece file), so that `t5x infer` runs
-the embedded English->French model (README, "With T5X"). Prints JSON and a
+the embedded English->French model (docs/t5x.md, "With T5X"). Prints JSON and a
 one-line summary.
 """
 

@@ -1,4 +1,4 @@
-"""Prints the README's sharding table and per-step collective counts.
+"""Prints the sharding table of docs/sharding.md and per-step collective counts.
 
 Runs `tests/multidevice_worker.py` (8 emulated CPU devices, tiny model,
 float32, B = 8, N = 16, 12 positions) for the `meshes` and `hlo` scenarios

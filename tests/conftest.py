@@ -2,8 +2,9 @@
 
 * Implicit rank promotion is an error (as in nanodo's tests): shape bugs that
   broadcasting would hide fail loudly.
-* Hypothesis profiles: `ci` (CI=true) runs the property tests at full size;
-  the default profile is smaller for quick local runs.
+* Hypothesis profiles: `ci` (CI=true) runs the property tests at full size
+  (10,000 examples); `dev` (the default) at 400; `fast` (`make test-fast`)
+  at 25.
 * JAX runs on the CPU (JAX_PLATFORMS=cpu unless set): with libtpu installed
   for the AOT tests, jax would otherwise probe for TPU chips first.
 """
@@ -24,6 +25,9 @@ settings.register_profile(
 settings.register_profile(
     "dev", max_examples=400, deadline=None, derandomize=True,
     suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile(
+    "fast", max_examples=25, deadline=None, derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get(
     "HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
 
@@ -34,7 +38,11 @@ settings.load_profile(os.environ.get(
 RUN_MODES = ("library_jit", "outer_jit", "no_jit")
 
 
-@pytest.fixture(params=RUN_MODES)
+# `make test-fast` runs the library's own jit; the other two modes (each a
+# compile of its own, and jit disabled runs the loop op by op) are slow.
+@pytest.fixture(params=[pytest.param(mode, marks=pytest.mark.slow)
+                        if mode != "library_jit" else mode
+                        for mode in RUN_MODES])
 def run_mode(request):
   return request.param
 

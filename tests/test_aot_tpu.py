@@ -1,7 +1,7 @@
 """Ahead-of-time compilation for TPU v4 (needs libtpu; no TPU).
 
-Skipped where libtpu is not installed (`make test` does not install it: it is
-a 700 MB wheel). To run: `pip install 'jax[tpu]'` in the test environment.
+`make test` installs libtpu (the applications' `tpu` extra, a 700 MB wheel);
+skipped where it is missing. Slow: a TPU-compiler run per topology.
 """
 
 import importlib.util
@@ -15,8 +15,9 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
-                                reason="libtpu is not installed")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
+                                 reason="libtpu is not installed")]
 
 
 def test_every_topology_compiles_for_tpu_v4_and_shards_memory():

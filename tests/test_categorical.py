@@ -154,6 +154,7 @@ def _full_codebook_step(x, codes):
   return token, residual, x_token - space.log_norm
 
 
+@pytest.mark.slow
 @given(**CASES)
 def test_two_level_step_equals_the_full_codebook_bitwise(
     seed, vocab, dtype, neg_inf_fraction, tie_fraction, scale, codes):

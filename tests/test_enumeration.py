@@ -93,7 +93,8 @@ def test_code_intervals_tile_unit_interval(transform, prompt):
   assert abs(low[-1] + width[-1] - 1.0) < 1e-6
 
 
-@pytest.mark.parametrize("prompt", [(), (3, 5)])
+@pytest.mark.parametrize(
+    "prompt", [(), pytest.param((3, 5), marks=pytest.mark.slow)])
 @pytest.mark.parametrize("transform", TRANSFORMS)
 def test_interval_midpoints_decode_back(transform, prompt):
   length = LENGTH + len(prompt)

@@ -11,10 +11,10 @@ import pytest
 from scipy import stats
 
 from arithmetic_apps.translation import intervals as iv
+from arithmetic_apps.translation.tokenizer import ASSETS
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-HAS_MODEL = (ROOT / "arithmetic_decoding" / "assets" / "en_fr" /
-             "params.msgpack").exists()
+HAS_MODEL = (ASSETS / "params.msgpack").exists()
 
 
 def test_lattice_codes_are_k_independent_shifted_lattices():
@@ -82,6 +82,7 @@ def test_k_lattice_interval_covers_a_known_expectation():
   assert half.mean() > iid_half.mean()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not HAS_MODEL, reason="no packaged model in assets/en_fr")
 def test_intervals_quick_run(tmp_path):
   """End to end on the packaged model (resuming is `test_jsonl`'s)."""

@@ -32,6 +32,7 @@ def _step_fn(model, params, enc):
   return model.step_fn(params, context)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype,tol", [("float32", 2e-5), ("bfloat16", 6e-2)])
 def test_cached_steps_equal_the_teacher_forced_pass(dtype, tol):
   model = EncoderDecoderModel(preset("tiny", dtype=dtype))
@@ -71,6 +72,7 @@ def test_rows_at_different_positions_decode_independently():
     np.testing.assert_allclose(logits[r], full[r, ends[r]], atol=1e-5)
 
 
+@pytest.mark.slow
 def test_encoder_padding_is_invisible():
   model = EncoderDecoderModel(preset("tiny"))
   params = model.init(jax.random.PRNGKey(0))
@@ -82,6 +84,7 @@ def test_encoder_padding_is_invisible():
                              model.logits(params, longer, dec), atol=1e-5)
 
 
+@pytest.mark.slow
 def test_sampled_log_probs_equal_the_full_pass():
   """arithmetic_sample's reported log-probs are the model's: recompute them
   from one teacher-forced pass over the sampled sequences."""
@@ -102,6 +105,7 @@ def test_sampled_log_probs_equal_the_full_pass():
   assert np.all(np.isfinite(log_probs))
 
 
+@pytest.mark.slow
 def test_beam_search_drives_the_model():
   model = EncoderDecoderModel(preset("tiny"))
   params = model.init(jax.random.PRNGKey(0))

@@ -140,6 +140,7 @@ def decided_prefix(code, lows, widths):
   return len(lows)
 
 
+@pytest.mark.slow
 def test_tiny_t5_margin():
   """`tiny_t5`: tokens as pinned wherever the code decides them with a
   margin beyond the float error."""

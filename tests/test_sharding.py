@@ -52,6 +52,7 @@ def _close_log_probs(a, b):
   np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", [m.value for m in Method])
 def test_data_parallel_meshes_give_identical_samples(meshes, method):
   ref_tokens = meshes[f"{method}/1x1/tokens"]
@@ -63,6 +64,7 @@ def test_data_parallel_meshes_give_identical_samples(meshes, method):
     _close_log_probs(meshes[f"{method}/{shape}/scores"], ref_scores)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["arithmetic", "ancestral"])
 def test_model_parallel_samples_are_valid_and_match(meshes, method):
   ref = meshes[f"{method}/1x1/tokens"]
@@ -83,6 +85,7 @@ def test_model_parallel_samples_are_valid_and_match(meshes, method):
     np.testing.assert_allclose(scores, expected, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_model_parallel_beam_search_matches(meshes):
   ref = meshes["beam/1x1/tokens"]
   for shape in MODEL_MESHES:
@@ -90,6 +93,7 @@ def test_model_parallel_beam_search_matches(meshes):
     assert agree >= 0.99, f"beam {shape}: {agree:.2%} of tokens agree"
 
 
+@pytest.mark.slow
 def test_full_resolution_codes_are_mesh_sensitive(meshes):
   """Why the sharded default is code_resolution = 1/N: with every float32 bit
   of the code in use, a sample's tail depends on the last bits of the
@@ -118,6 +122,7 @@ def _decode_loop(loops):
   return with_model[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["greedy", "arithmetic", "ancestral"])
 def test_data_parallel_sampling_loop_has_no_collectives(hlo_report, method):
   report = hlo_report[method]
@@ -132,6 +137,7 @@ def test_data_parallel_sampling_loop_has_no_collectives(hlo_report, method):
   assert report["outside"].get("all-gather", 0) <= 3, report["outside"]
 
 
+@pytest.mark.slow
 def test_per_step_cross_projection_is_hoisted_in_t5x_layout(hlo_report):
   """T5X's layout projects cross-attention keys/values from its per-sample
   copy at every step; the projection is loop-invariant and XLA hoists it,
@@ -142,6 +148,7 @@ def test_per_step_cross_projection_is_hoisted_in_t5x_layout(hlo_report):
   assert ours == t5x == 27, (ours, t5x)
 
 
+@pytest.mark.slow
 def test_beam_search_and_plain_jit_loops_communicate(hlo_report):
   beam = _decode_loop(hlo_report["beam"]["loops"])
   assert sum(v for k, v in beam.items() if k.startswith("body:")) > 0, beam
@@ -152,6 +159,7 @@ def test_beam_search_and_plain_jit_loops_communicate(hlo_report):
   assert gspmd.get("condition:all-reduce", 0) >= 1, gspmd
 
 
+@pytest.mark.slow
 def test_two_processes_equal_one_process_with_eight_devices(tmp_path):
   with socket.socket() as s:
     s.bind(("127.0.0.1", 0))
@@ -228,6 +236,7 @@ def test_parameter_shardings_follow_the_rules_table():
   assert rules["batch"] == "data" and rules["heads"] == "model"
 
 
+@pytest.mark.slow
 def test_one_device_equals_arithmetic_sample_at_resolution_one_over_n():
   """The sharded path is `arithmetic_sample` with code_resolution = 1/N."""
   model = EncoderDecoderModel(preset("tiny"))

@@ -102,6 +102,7 @@ def _study(out, *extra):
           "--max_exp", "3", "--out", str(out), *extra], env
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not HAS_LIBTPU, reason="libtpu is not installed")
 def test_tiny_study_with_the_tpu_compiler_resumes_after_sigkill(tmp_path):
   clean, env = _study(tmp_path / "clean")
@@ -168,6 +169,7 @@ def test_launcher_dry_run_for_every_topology():
     LaunchConfig(project="p", zone="z", bucket="/tmp", repository="r")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mesh", [("8", "1"), ("1", "8")])
 def test_measure_mode_on_eight_emulated_devices(tmp_path, mesh):
   # Mixed data x model meshes are left out on CPU: XLA:CPU's collective
@@ -224,6 +226,7 @@ def test_memory_model_squeezes_only_near_the_limit():
   assert parts["keys_values"] == int(copies.natural * 4 * unit)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not HAS_LIBTPU, reason="libtpu is not installed")
 def test_memory_model_on_mt5_small_compiled_now():
   """Out of sample: mT5-small (fitted on XXL), compiled now by the TPU v4

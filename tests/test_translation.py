@@ -84,6 +84,7 @@ def _pairs(count=20):
            [1]) for _ in range(count)]
 
 
+@pytest.mark.slow
 def test_training_resumes_exactly_and_learns(tmp_path):
   straight = train.train(_tiny_train_config(6), _pairs(), tmp_path / "a",
                          progress=False)
@@ -118,6 +119,7 @@ def test_loss_ignores_padding():
   np.testing.assert_allclose(float(loss), expected, rtol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not HAS_MODEL, reason="no packaged model in assets/en_fr")
 def test_packaged_model_translates_and_reports_its_log_probs():
   from arithmetic_apps.translation.translate import Translator
@@ -155,6 +157,7 @@ def test_packaged_model_translates_and_reports_its_log_probs():
     assert by_code[float(mid[0, i])] == tuple(np.asarray(tokens[0, i]).tolist())
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not HAS_MODEL, reason="no packaged model in assets/en_fr")
 def test_experiments_quick_run(tmp_path):
   """End to end on the packaged model (resuming is `test_jsonl`'s)."""

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 SCRIPT = """
 import json, jax, numpy as np
@@ -27,6 +28,9 @@ for name, kw in {"sample": dict(topk=0), "greedy": dict(temperature=0.0),
 print(json.dumps(out))
 """
 
+
+# Every decode again, in two subprocesses: slow.
+pytestmark = pytest.mark.slow
 
 def test_same_results_with_x64_enabled():
   env = dict(os.environ, JAX_ENABLE_X64="1", JAX_PLATFORMS="cpu")

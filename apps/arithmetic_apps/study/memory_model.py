@@ -35,8 +35,8 @@ so the formula takes the natural count where it leaves room and the
 squeezed count where not. The counts are fitted (minimax relative error)
 on the compiled mT5-XXL sweep by `python scripts/fit_memory_model.py`,
 which also cross-validates them (leave one length / one topology out) and
-checks them on mT5-small and on other TPU generations; all of it is in the
-README.
+checks them on mT5-small and on other TPU generations; all of it is in
+docs/study.md.
 
   >>> from arithmetic_decoding.models import preset
   >>> parts = analytic_bytes(preset("xxl", dtype="bfloat16",

@@ -195,7 +195,7 @@ def figure(best: Dict, records: List[dict], config: SweepConfig,
 
 def first_chip_counts(best: Dict, config: SweepConfig) -> Dict:
   """The N at which beam search first needs 2, 4, 8 chips or no longer
-  fits, per L (the README's comparison with Figure 5)."""
+  fits, per L (docs/study.md's comparison with Figure 5)."""
   out = {}
   for length in config.lengths:
     firsts = {}

@@ -116,7 +116,7 @@ def make_optimizer(config: TrainConfig) -> optax.GradientTransformation:
   T5. T5 folds attention's 1/sqrt(d_kv) into a small query initialisation;
   plain Adam's updates (the same size for every parameter) swamp it, and
   with Adam at 2e-3 this model sat at loss 4.0 for 350 steps without using
-  its source (measured; see the README)."""
+  its source (measured; see docs/translation.md)."""
 
   def schedule(step):
     step = jnp.maximum(step, 1).astype(jnp.float32)
