@@ -42,12 +42,14 @@ demo: $(VENV)/.demo-installed
 PYTEST := $(PY) -m pytest -q -rs --doctest-modules arithmetic_decoding \
   apps/arithmetic_apps tests
 
+# Two pytest workers, each module on one worker (its module-scoped
+# fixtures, such as the multi-device runs, run once).
 test: $(VENV)/.test-installed
-	$(PYTEST)
+	$(PYTEST) -n 2 --dist loadscope
 
 # Two pytest workers (pytest-xdist) and 50 examples per property test.
 test-fast: $(VENV)/.test-installed
-	HYPOTHESIS_PROFILE=fast $(PYTEST) -m "not slow" -n 2 --dist worksteal
+	HYPOTHESIS_PROFILE=fast $(PYTEST) -m "not slow" -n 2
 
 check-results: $(VENV)/.test-installed
 	$(PY) -m pytest -q -rs checks
@@ -78,4 +80,4 @@ experiments: $(VENV)/.test-installed
 	$(PY) scripts/experiments.py
 
 clean:
-	rm -rf $(VENV) $(VENV_T5X) *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) $(VENV_T5X) *.egg-info apps/*.egg-info .pytest_cache .hypothesis

@@ -28,6 +28,7 @@ from typing import Optional, Tuple
 
 import jax
 
+from arithmetic_decoding import validation
 from arithmetic_decoding.beam_search import beam_search
 from arithmetic_decoding.categorical import CODE_RESOLUTION
 from arithmetic_decoding.choosers import Ancestral, Arithmetic, Chooser, Greedy
@@ -65,13 +66,7 @@ class Method(enum.Enum):
   @classmethod
   def of(cls, value) -> "Method":
     """A `Method` or its name -> the `Method` (ValueError naming the choices)."""
-    if isinstance(value, cls):
-      return value
-    try:
-      return cls(value)
-    except ValueError:
-      raise ValueError(f"method must be one of {[m.value for m in cls]}; "
-                       f"got {value!r}.") from None
+    return validation.check_member("method", cls, value)
 
   @classmethod
   def sampling(cls) -> Tuple["Method", ...]:

@@ -53,6 +53,18 @@ def check_inputs(inputs: Any) -> jax.Array:
   return jnp.asarray(inputs, jnp.int32)
 
 
+def check_member(name: str, enum_cls, value: Any):
+  """A member of `enum_cls`, given as itself or its value; ValueError
+  naming `name` and the allowed values otherwise."""
+  if isinstance(value, enum_cls):
+    return value
+  try:
+    return enum_cls(value)
+  except ValueError:
+    raise ValueError(f"{name} must be one of {[m.value for m in enum_cls]}; "
+                     f"got {value!r}.") from None
+
+
 def check_int(name: str, value: Any, minimum: int) -> int:
   """`value` must be a Python (or numpy) int >= minimum."""
   if not _is_int(value):

@@ -50,6 +50,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from arithmetic_decoding import validation
 from arithmetic_decoding.models.config import T5Config
 from arithmetic_decoding.models.t5 import T5, constrain
 from arithmetic_decoding.protocol import (DecodingState, expand_cache,
@@ -76,13 +77,7 @@ class CrossKV(enum.Enum):
 
 def as_cross_kv(value) -> CrossKV:
   """A `CrossKV` or its value ("per_input" / "per_sample")."""
-  if isinstance(value, CrossKV):
-    return value
-  try:
-    return CrossKV(value)
-  except ValueError:
-    raise ValueError(f"cross_kv must be one of {[c.value for c in CrossKV]}; "
-                     f"got {value!r}.") from None
+  return validation.check_member("cross_kv", CrossKV, value)
 
 
 def group_size(num_decodes: int, rows: int) -> int:
