@@ -153,7 +153,7 @@ def validate(args: T5XArgs, chooser: Chooser, *, codes=None, targets=None,
   initial_index = validation.check_initial_index(args.initial_index, batch,
                                                  length)
   options = DecodeOptions(
-      eos_id=validation.check_int("eos_id", args.eos_id, minimum=0),
+      eos_id=validation.check_eos_id(args.eos_id),
       num_decodes=num_decodes,
       chooser=chooser,
       cache_offset=validation.check_int("cache_offset", args.cache_offset,

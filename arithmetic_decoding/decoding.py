@@ -79,7 +79,7 @@ def arithmetic_sample(
       0 is BOS (0) unless `initial_index` says where to start.
     cache: the model's autoregressive cache (dict or FrozenDict).
     tokens_to_logits: (DecodingState) -> (logits [B*N, V], new cache).
-    eos_id: end-of-sequence token id.
+    eos_id: end-of-sequence token id, or a sequence of ids (any ends a row).
     decode_rng: PRNG key for the codes; None means PRNGKey(0), as in T5X.
     num_decodes: N, samples per input (static).
     temperature: float >= 0, or float [B] per input; <= 1e-4 is greedy.

@@ -27,6 +27,7 @@ The prompt's own EOS does not end row 0 (it was already counted); the first
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable, Optional, Tuple, Union
 
 import jax
@@ -50,7 +51,8 @@ class DecodeOptions:
   """Static configuration of one decode. Every field is a recompile trigger.
 
   Attributes:
-    eos_id: end-of-sequence token id.
+    eos_id: end-of-sequence token id, or a tuple of ids any of which ends
+      a row (an LLM's EOS and end-of-turn tokens).
     num_decodes: samples per input, N.
     chooser: how each token is picked (`choosers.Arithmetic`, `Ancestral`,
       `TeacherForced`).
@@ -66,7 +68,7 @@ class DecodeOptions:
       `cache_index` entries are per-row and get expanded.
   """
 
-  eos_id: int
+  eos_id: Union[int, Tuple[int, ...]]
   num_decodes: int
   chooser: Chooser = Arithmetic()
   cache_offset: int = 0
@@ -140,6 +142,18 @@ def initial_state(inputs: jax.Array, cache: PyTree,
       rng=rng, log_prob=zeros, chooser_state=chooser_state)
 
 
+def count_eos(sequences: jax.Array, eos_id) -> jax.Array:
+  """int [R]: tokens of each row of sequences [R, L] that are `eos_id` (an
+  int or a tuple of ids).
+
+  >>> count_eos(jnp.array([[0, 2, 5, 2, 7]]), (2, 7)).tolist()
+  [3]
+  """
+  ids = eos_id if isinstance(eos_id, tuple) else (eos_id,)
+  hits = functools.reduce(jnp.logical_or, [sequences == e for e in ids])
+  return jnp.sum(hits, axis=1)
+
+
 def raw_log_prob(raw: jax.Array, token: jax.Array) -> jax.Array:
   """log-softmax of the untransformed logits [R, V] at `token` [R]."""
   picked = jnp.take_along_axis(raw, jnp.maximum(token, 0)[:, None], axis=-1)
@@ -152,7 +166,7 @@ def run_loop(state: SamplingLoopState, inputs: LoopInputs, fns: ModelFns,
   width = state.sequences.shape[1]
   slots = jnp.arange(width, dtype=jnp.int32)[None, :]  # [1, L + 2]
   # [R]: EOS already in the prompt does not end a row.
-  initial_eos_count = jnp.sum(state.sequences == options.eos_id, axis=1)
+  initial_eos_count = count_eos(state.sequences, options.eos_id)
 
   def cond_fn(state: SamplingLoopState) -> jax.Array:
     return ~jnp.all(state.ended)
@@ -193,7 +207,7 @@ def run_loop(state: SamplingLoopState, inputs: LoopInputs, fns: ModelFns,
     sequences = jnp.where(at_next, written[:, None], state.sequences)
     # Counted over the whole row, as T5X does: a state callback may write EOS
     # anywhere (T5X's own example appends one after a given token).
-    eos_count = jnp.sum(sequences == options.eos_id, axis=1)  # [R]
+    eos_count = count_eos(sequences, options.eos_id)  # [R]
     now_ended = (ended | (eos_count > initial_eos_count) |
                  (i >= inputs.max_decode_len - 1) | failed)
     return SamplingLoopState(

@@ -27,6 +27,7 @@ import enum
 from typing import Optional, Tuple
 
 import jax
+import jax.numpy as jnp
 
 from arithmetic_decoding import validation
 from arithmetic_decoding.beam_search import beam_search
@@ -97,32 +98,41 @@ class Method(enum.Enum):
              temperature=1.0, topk=0, topp=0.0, alpha: float = 0.6,
              codes=None, code_scheme: SchemeLike = CodeScheme.SHIFTED_LATTICE,
              code_resolution: float = CODE_RESOLUTION,
-             max_decode_steps=None, initial_index=None, cache_offset: int = 0
-             ) -> Tuple[jax.Array, jax.Array]:
-    """(decodes int32 [B, N, L], scores float32 [B, N]) by this method.
+             max_decode_steps=None, initial_index=None, cache_offset: int = 0,
+             return_codes: bool = False) -> Tuple[jax.Array, ...]:
+    """(decodes int32 [B, N, L], scores float32 [B, N]) by this method,
+    and the codes [B, N] with `return_codes` (zeros but for arithmetic
+    sampling's; beam search has none).
 
     The arguments mean what they mean for `arithmetic_sample`; each method
     uses the ones that apply to it (`alpha` beam search only; `codes`,
     `code_scheme`, `code_resolution` arithmetic only; GREEDY decodes at
-    temperature 0, ignoring `temperature`, `topk` and `topp`).
+    temperature 0, ignoring `temperature`, `topk` and `topp`). Beam search
+    takes one `eos_id` and no `max_decode_steps`.
     """
     common = dict(num_decodes=num_decodes, cache_offset=cache_offset,
                   initial_index=initial_index,
                   max_decode_steps=max_decode_steps)
     if self is Method.BEAM:
-      if initial_index is not None or max_decode_steps is not None:
-        raise ValueError("beam search takes neither initial_index nor "
-                         "max_decode_steps.")
+      if max_decode_steps is not None:
+        raise ValueError("beam search takes no max_decode_steps.")
+      if return_codes:
+        raise ValueError("beam search has no codes (return_codes=False).")
       return beam_search(inputs, cache, tokens_to_logits, eos_id,
                          num_decodes=num_decodes, alpha=alpha,
-                         cache_offset=cache_offset)
+                         cache_offset=cache_offset,
+                         initial_index=initial_index)
+    if self is Method.ARITHMETIC:
+      return arithmetic_sample(inputs, cache, tokens_to_logits, eos_id, rng,
+                               temperature=temperature, topk=topk, topp=topp,
+                               codes=codes, code_scheme=code_scheme,
+                               code_resolution=code_resolution,
+                               return_codes=return_codes, **common)
     if self is Method.ANCESTRAL:
-      return ancestral_sample(inputs, cache, tokens_to_logits, eos_id, rng,
-                              temperature=temperature, topk=topk, topp=topp,
-                              **common)
-    if self is Method.GREEDY:
-      temperature, topk, topp = 0.0, 0, 0.0
-    return arithmetic_sample(inputs, cache, tokens_to_logits, eos_id, rng,
+      out = ancestral_sample(inputs, cache, tokens_to_logits, eos_id, rng,
                              temperature=temperature, topk=topk, topp=topp,
-                             codes=codes, code_scheme=code_scheme,
-                             code_resolution=code_resolution, **common)
+                             **common)
+    else:  # GREEDY: the arithmetic loop at temperature 0.
+      out = arithmetic_sample(inputs, cache, tokens_to_logits, eos_id, rng,
+                              temperature=0.0, topk=0, topp=0.0, **common)
+    return out + (jnp.zeros_like(out[1]),) if return_codes else out

@@ -30,6 +30,9 @@ LOGICAL_AXIS_RULES: Tuple[Tuple[str, Any], ...] = (
     ("embed", None),
     ("heads", "model"),
     ("kv", None),
+    # Key/value heads of grouped-query attention (often fewer than the model
+    # axis: Gemma 3 270M has one): replicated.
+    ("kv_heads", None),
     ("mlp", "model"),
     ("vocab", "model"),
     ("relpos_buckets", None),

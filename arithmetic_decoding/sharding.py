@@ -16,10 +16,12 @@ global row index (`choosers.row_keys`), never on the device it lands on, so
 the samples do not change with the topology.
 
 Any model works that gives its per-input decode start and a step function
-over rows (`RowModel`; `models.EncoderDecoderModel` is one):
+over rows (`RowModel`; `models.EncoderDecoderModel` and the decoder-only
+`models.DecoderOnlyModel` are two):
 
   decode_start(params, encoder_tokens, max_decode_len)
       -> inputs [B, L], cache [B, ...], context [B, ...]
+  start_index(encoder_tokens) -> initial_index [B] or None
   row_context(params, context, row_ids [R], num_decodes) -> context_rows
   step_fn(params, context_rows) -> tokens_to_logits over R rows
   decode_inputs(params, encoder_tokens, max_decode_len, num_decodes)
@@ -87,6 +89,10 @@ class RowModel(Protocol):
 
   def decode_start(self, params, encoder_tokens, max_decode_len: int):
     """-> inputs int32 [B, L], cache [B, ...], context pytree [B, ...]."""
+
+  def start_index(self, encoder_tokens):
+    """-> int32 [B], each row's `initial_index` (a decoder-only model's
+    prefilled prompt), or None (decoding starts at slot 0)."""
 
   def row_context(self, params, context, row_ids, num_decodes: int) -> PyTree:
     """-> what `step_fn` reads for the rows `row_ids` int [R] (a device's
@@ -193,7 +199,8 @@ def _sample(params, encoder_tokens, rng, *, model: RowModel, mesh: Mesh,
   temperature = (0.0 if setup.method is Method.GREEDY else
                  setup.temperature)
   rows = make_rows(options, inputs, cache, rng,
-                   jnp.asarray(temperature, jnp.float32))
+                   jnp.asarray(temperature, jnp.float32),
+                   initial_index=model.start_index(encoder_tokens))
 
   def local(params, rows, context):
     # One device's rows (manual over `data`; `model`, if any, automatic).
@@ -221,7 +228,8 @@ def _beam(params, encoder_tokens, rng, *, model, mesh: Mesh,
     inputs, cache, tokens_to_logits = model.decode_inputs(
         params, encoder_tokens, setup.max_decode_len, k)
     return beam_search(inputs, cache, tokens_to_logits, setup.eos_id,
-                       num_decodes=k, alpha=setup.alpha)
+                       num_decodes=k, alpha=setup.alpha,
+                       initial_index=model.start_index(encoder_tokens))
 
 
 def make_sharded_decode(model: RowModel, mesh: Mesh, setup: DecodeSetup

@@ -74,6 +74,27 @@ def check_int(name: str, value: Any, minimum: int) -> int:
   return int(value)
 
 
+def check_eos_id(eos_id: Any):
+  """An int >= 0, or a non-empty sequence of them (any of which ends a
+  row; LLMs stop at EOS and at their end-of-turn tokens). Returns an int
+  or a tuple of ints.
+
+  >>> check_eos_id(1), check_eos_id([2, 0])
+  (1, (2, 0))
+  >>> check_eos_id([])
+  Traceback (most recent call last):
+  ...
+  ValueError: eos_id must be an int >= 0 or a non-empty sequence of them; got [].
+  """
+  if isinstance(eos_id, (list, tuple)):
+    if not eos_id:
+      raise ValueError("eos_id must be an int >= 0 or a non-empty sequence "
+                       f"of them; got {eos_id!r}.")
+    ids = tuple(check_int("eos_id", e, minimum=0) for e in eos_id)
+    return ids[0] if len(ids) == 1 else ids
+  return check_int("eos_id", eos_id, minimum=0)
+
+
 def check_callable(name: str, fn: Any, optional: bool = False) -> None:
   if fn is None and optional:
     return

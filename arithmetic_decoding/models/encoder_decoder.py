@@ -165,6 +165,11 @@ class EncoderDecoderModel:
     inputs = jnp.zeros((batch, max_decode_len), jnp.int32)
     return inputs, init_cache(self.config, batch, max_decode_len), context
 
+  def start_index(self, encoder_tokens):
+    """None: decoding starts at slot 0 (no decoder prompt)."""
+    del encoder_tokens
+    return None
+
   def row_context(self, params, context, row_ids: jax.Array,
                   num_decodes: int):
     """What `step_fn` reads for a run of rows, from the per-input context.
