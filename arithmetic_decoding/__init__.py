@@ -22,7 +22,10 @@ Modules, in reading order (codes -> one step -> loop -> rows -> sharding):
   methods       the decode methods, named once: `Method`
   partitioning  logical axis rules and placement on a data x model mesh
   sharding      sharded decoding (pjit + shard_map) of a `RowModel`
-  models        T5.1.1 / mT5 in Flax and T5X checkpoint I/O (`models` extra)
+  models        T5.1.1 / mT5 in Flax and T5X checkpoint I/O (`models` extra);
+                decoder-only LLMs (Llama-style, Gemma 3) from GGUF files
+  llm           load a GGUF LLM and `generate` N completions with any method
+                (`llm` extra)
   toy           a small enumerable language model (examples and tests)
   testing       exact numpy references (enumeration of the toy model)
 

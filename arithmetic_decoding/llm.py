@@ -139,6 +139,7 @@ class Generation:
       included; beam search: its length-normalised score.
     codes: float32 [B, N]; arithmetic sampling's codes (zeros otherwise).
     finished: bool [B, N]; ended by a stop token (else by max_new_tokens).
+    stop_tokens: int32 [B, N]; the stop token that ended it (-1: none).
     method: the `Method` used.
   """
 
@@ -149,6 +150,7 @@ class Generation:
   log_probs: np.ndarray
   codes: np.ndarray
   finished: np.ndarray
+  stop_tokens: np.ndarray
   method: Method
 
   def distinct(self) -> List[int]:
@@ -253,7 +255,8 @@ def generate(llm: LLM, prompts: Union[str, Sequence[str]], num_samples: int,
     scores = np.take_along_axis(scores, order, axis=1)
     used = np.take_along_axis(used, order, axis=1)
   stops = set(llm.stop_ids)
-  tokens, finished = [], np.zeros(scores.shape, bool)
+  tokens = []
+  stop_tokens = np.full(scores.shape, -1, np.int32)
   for b, row in enumerate(ids):
     # decodes drop the BOS placeholder: index i is slot i + 1, and the new
     # tokens of a prompt of n tokens start at slot n + 1.
@@ -261,11 +264,12 @@ def generate(llm: LLM, prompts: Union[str, Sequence[str]], num_samples: int,
     cut = []
     for j, seq in enumerate(new):
       end = next((i for i, t in enumerate(seq) if t in stops), None)
-      finished[b, j] = end is not None
+      if end is not None:
+        stop_tokens[b, j] = seq[end]
       cut.append(seq if end is None else seq[:end])
     tokens.append(cut)
   return Generation(
       prompts=texts, prompt_tokens=ids, tokens=tokens,
       texts=[[llm.decode(t) for t in row] for row in tokens],
       log_probs=scores.astype(np.float32), codes=used.astype(np.float32),
-      finished=finished, method=method)
+      finished=stop_tokens >= 0, stop_tokens=stop_tokens, method=method)

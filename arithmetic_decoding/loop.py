@@ -142,16 +142,29 @@ def initial_state(inputs: jax.Array, cache: PyTree,
       rng=rng, log_prob=zeros, chooser_state=chooser_state)
 
 
-def count_eos(sequences: jax.Array, eos_id) -> jax.Array:
-  """int [R]: tokens of each row of sequences [R, L] that are `eos_id` (an
-  int or a tuple of ids).
+def is_eos(tokens: jax.Array, eos_id) -> jax.Array:
+  """bool, tokens' shape: the token is `eos_id` (an int or a tuple of ids).
 
-  >>> count_eos(jnp.array([[0, 2, 5, 2, 7]]), (2, 7)).tolist()
+  >>> is_eos(jnp.array([0, 2, 5, 7]), (2, 7)).tolist()
+  [False, True, False, True]
+  """
+  ids = eos_id if isinstance(eos_id, tuple) else (eos_id,)
+  return functools.reduce(jnp.logical_or, [tokens == e for e in ids])
+
+
+def count_eos(sequences: jax.Array, eos_id) -> jax.Array:
+  """int [R]: tokens of each row of sequences [R, L] that are `eos_id`,
+  an id 0 excepted (0 is also the padding: a drawn 0 ends its row through
+  `is_eos` on the drawn token instead).
+
+  >>> count_eos(jnp.array([[0, 2, 5, 2, 7]]), (2, 7, 0)).tolist()
   [3]
   """
   ids = eos_id if isinstance(eos_id, tuple) else (eos_id,)
-  hits = functools.reduce(jnp.logical_or, [sequences == e for e in ids])
-  return jnp.sum(hits, axis=1)
+  ids = tuple(e for e in ids if e != 0)
+  if not ids:
+    return jnp.zeros(sequences.shape[:1], jnp.int32)
+  return jnp.sum(is_eos(sequences, ids), axis=1)
 
 
 def raw_log_prob(raw: jax.Array, token: jax.Array) -> jax.Array:
@@ -209,6 +222,7 @@ def run_loop(state: SamplingLoopState, inputs: LoopInputs, fns: ModelFns,
     # anywhere (T5X's own example appends one after a given token).
     eos_count = count_eos(sequences, options.eos_id)  # [R]
     now_ended = (ended | (eos_count > initial_eos_count) |
+                 (active & is_eos(choice.token, options.eos_id)) |
                  (i >= inputs.max_decode_len - 1) | failed)
     return SamplingLoopState(
         step=state.step + 1, cur_index=i + 1, sequences=sequences,

@@ -14,6 +14,9 @@ Scenarios:
   crosskv      per-input vs per-sample cross-attention keys/values, every
                method, for the cases given as JSON: [[preset, [data, model],
                batch, N, length, temperature], ...]
+  decoder      the tiny decoder-only models (Llama-style, Gemma 3) with
+               prompts of different lengths, every method, on data and
+               model meshes
 """
 
 import json
@@ -109,6 +112,33 @@ def run_cross_kv():
                           length=length, temperature=temperature)
         out, scores = fn(*args)
         tag = f"{name}/{shape[0]}x{shape[1]}/b{batch}/n{n}/{method.value}/{cross}"
+        results[tag + "/tokens"] = np.asarray(out)
+        results[tag + "/scores"] = np.asarray(scores)
+  np.savez(OUT, **results)
+
+
+def run_decoder():
+  from arithmetic_decoding.models.decoder_config import TINY
+  from arithmetic_decoding.models.decoder_model import DecoderOnlyModel
+  results = {}
+  prompts = np.zeros((4, 6), np.int32)
+  for b, row in enumerate([[5, 9, 3], [33, 2, 8, 8, 40, 41], [7], [12, 13]]):
+    prompts[b, :len(row)] = row
+  results["prompts"] = prompts
+  key = np.asarray(jax.random.PRNGKey(11))
+  for arch, config in TINY.items():
+    model = DecoderOnlyModel(config)
+    params = model.init(jax.random.PRNGKey(0))
+    params = jax.tree_util.tree_map(lambda x: x * 4.0, params)
+    for name, shape in [("v4-1x1x1", (1, 1)), ("v4-2x2x1", (4, 1)),
+                        ("v4-2x2x2", (8, 1)), ("v4-2x2x2", (2, 2)),
+                        ("v4-2x2x2", (4, 2))]:
+      mesh = make_mesh(load_topology(name), shape)
+      for method in Method:
+        fn, args = decode(mesh, method, params, prompts, key, model=model,
+                          n=4, length=16, temperature=1.0)
+        out, scores = fn(*args)
+        tag = f"{arch}/{method.value}/{shape[0]}x{shape[1]}"
         results[tag + "/tokens"] = np.asarray(out)
         results[tag + "/scores"] = np.asarray(scores)
   np.savez(OUT, **results)
@@ -236,6 +266,7 @@ def run_hosts():
 
 if __name__ == "__main__":
   {"meshes": run_meshes, "hlo": run_hlo, "multihost": run_hosts,
-   "singlehost": run_hosts, "crosskv": run_cross_kv}[SCENARIO]()
+   "singlehost": run_hosts, "crosskv": run_cross_kv,
+   "decoder": run_decoder}[SCENARIO]()
   if SCENARIO == "multihost":
     jax.distributed.shutdown()

@@ -13,6 +13,11 @@ a model expectation (the mean length of a decoded sequence) many times from
 N samples with each method and compares the spread of the estimates with
 the exact value.
 
+Part 3 loads a real decoder-only LLM from its GGUF file (SmolLM2-135M-
+Instruct by default, installed by pip) and prints N arithmetic and N
+ancestral completions of one chat prompt side by side, with each
+arithmetic sample's code and the distinct counts (`--llm none` skips it).
+
   python -m arithmetic_apps.demo [--num_decodes 8] [--temperature 0.5]
       [--verses 4] [--text "The Lord is my shepherd."]
 """
@@ -150,6 +155,38 @@ def toy_part(args) -> dict:
   return report
 
 
+def llm_part(args) -> dict:
+  """N arithmetic vs N ancestral completions of one chat prompt, side by side."""
+  from arithmetic_decoding.llm import generate
+  from arithmetic_apps import llms
+  n = args.llm_samples
+  print(f"\nPart 3: {args.llm} (GGUF, from pip), one chat prompt, {n} "
+        f"completions each way at temperature {args.llm_temperature}")
+  llm = llms.load(args.llm)
+  chat = bool(llm.vocab.chat_template)
+  print(f"prompt: {args.llm_prompt!r}" + (" (chat template)" if chat else ""))
+  outs = {m: generate(llm, [args.llm_prompt], n, method=m,
+                      temperature=args.llm_temperature, seed=args.seed,
+                      max_new_tokens=args.llm_tokens, chat=chat)
+          for m in ("arithmetic", "ancestral")}
+  width = 58
+  print(f"  {'arithmetic (code)':<{width + 9}}ancestral")
+  for j in range(n):
+    a = outs["arithmetic"]
+    left = " ".join(a.texts[0][j].split())[:width]
+    right = " ".join(outs["ancestral"].texts[0][j].split())[:width]
+    print(f"  {a.codes[0, j]:.3f}  {left:<{width}} | {right}")
+  report = {}
+  for m, out in outs.items():
+    firsts = {t[0] for t in out.tokens[0] if t}
+    report[m] = {"distinct": out.distinct()[0],
+                 "distinct_first_tokens": len(firsts)}
+  print("  distinct completions: " + ", ".join(
+      f"{m} {r['distinct']}/{n} (first tokens {r['distinct_first_tokens']})"
+      for m, r in report.items()))
+  return report
+
+
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--num_decodes", type=int, default=8)
@@ -160,10 +197,19 @@ def main(argv=None) -> int:
   parser.add_argument("--toy_temperature", type=float, default=1.0)
   parser.add_argument("--repetitions", type=int, default=2000)
   parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument("--llm", default="smollm2-135m",
+                      help="a model of arithmetic_apps.llms ('none': skip)")
+  parser.add_argument("--llm_prompt", default="Name a fruit and say why you "
+                      "like it.")
+  parser.add_argument("--llm_samples", type=int, default=8)
+  parser.add_argument("--llm_temperature", type=float, default=0.7)
+  parser.add_argument("--llm_tokens", type=int, default=24)
   args = parser.parse_args(argv)
   report = {"translation": translation_part(args)}
   if args.text is None:
     report["toy"] = toy_part(args)
+    if args.llm != "none":
+      report["llm"] = llm_part(args)
   print(json.dumps(report))
   return 0
 

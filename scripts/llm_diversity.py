@@ -1,0 +1,159 @@
+"""First-token lattice counts and duplicate completions of the real LLMs.
+
+For each model, prompt, temperature and N, draws N completions with
+arithmetic sampling and with ancestral sampling and records:
+
+  - first tokens: how many of the N samples begin with token t, against
+    N * q(t), q the model's (tempered) next-token distribution at the end of
+    the prompt. Arithmetic sampling on a shifted lattice puts exactly
+    floor(N q) or ceil(N q) samples on every token; iid samples do not.
+    Recorded: the share of tokens (among those with N q >= 0.5 or a sample)
+    whose count is floor or ceil, and the largest |count - N q|.
+  - distinct completions and duplicates (N - distinct) of up to
+    `--max_new_tokens` tokens, and distinct first tokens.
+
+Appends one JSON line per (model, prompt, temperature, N, method, seed) to
+`--out` and skips those already there (resumable); prints a summary table
+and one JSON summary line.
+
+  python scripts/llm_diversity.py [--models smollm2-135m gemma3-270m]
+      [--num_samples 16 64] [--temperatures 0.7 1.0 1.3] [--seeds 0 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections import Counter
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from arithmetic_decoding.llm import generate
+from arithmetic_apps import jsonl, llms
+
+PROMPTS = {
+    # Chat prompts for the instruct model (its template is applied).
+    "smollm2-135m": ["Name a fruit.", "Write a short poem about the sea.",
+                     "What is the capital of France?",
+                     "Give me a random number between 1 and 100."],
+    # Plain text for the base model (no chat template).
+    "gemma3-270m": ["My favourite fruit is", "Once upon a time,",
+                    "The capital of France is", "A random number: "],
+}
+
+
+def first_token_probs(llm, prompt: str, temperature: float, chat: bool):
+  """q: float64 [V], the tempered next-token distribution after the prompt."""
+  text = llm.chat_prompt(prompt) if chat else prompt
+  ids = llm.encode(text)
+  logits = np.asarray(llm.model.logits(llm.params, jnp.array([ids])))[0, -1]
+  z = logits.astype(np.float64) / temperature
+  q = np.exp(z - z.max())
+  return q / q.sum()
+
+
+def lattice_stats(first_tokens, q, n):
+  counts = Counter(first_tokens)
+  expected = n * q
+  tokens = set(counts) | set(np.nonzero(expected >= 0.5)[0].tolist())
+  within = [math.floor(expected[t]) <= counts.get(t, 0) <= math.ceil(expected[t])
+            for t in tokens]
+  deviation = max(abs(counts.get(t, 0) - expected[t]) for t in tokens)
+  top = sorted(tokens, key=lambda t: -expected[t])[:5]
+  return {"tokens_checked": len(tokens),
+          "share_floor_or_ceil": float(np.mean(within)),
+          "max_abs_deviation": float(deviation),
+          "top_tokens": [{"token": int(t), "n_q": round(float(expected[t]), 3),
+                          "count": counts.get(t, 0)} for t in top]}
+
+
+def measure(key, args):
+  model, prompt_index, temperature, n, method, seed = key
+  llm = llms.load(model, verbose=False)
+  chat = bool(llm.vocab.chat_template)
+  prompt = PROMPTS[model][prompt_index]
+  out = generate(llm, [prompt], n, method=method, temperature=temperature,
+                 seed=seed, max_new_tokens=args.max_new_tokens, chat=chat)
+  tokens = out.tokens[0]
+  firsts = [t[0] if t else -1 for t in tokens]
+  q = first_token_probs(llm, prompt, temperature, chat)
+  distinct = out.distinct()[0]
+  return {"model": model, "prompt": prompt, "prompt_index": prompt_index,
+          "temperature": temperature, "n": n, "method": method, "seed": seed,
+          "max_new_tokens": args.max_new_tokens, "distinct": distinct,
+          "duplicates": n - distinct,
+          "distinct_first_tokens": len(set(firsts)),
+          **lattice_stats(firsts, q, n)}
+
+
+def summarize(records):
+  rows = {}
+  for r in records:
+    k = (r["model"], r["temperature"], r["n"], r["method"])
+    rows.setdefault(k, []).append(r)
+  table = []
+  for (model, t, n, method), rs in sorted(rows.items()):
+    table.append({
+        "model": model, "temperature": t, "n": n, "method": method,
+        "runs": len(rs),
+        "mean_distinct": float(np.mean([r["distinct"] for r in rs])),
+        "mean_duplicates": float(np.mean([r["duplicates"] for r in rs])),
+        "mean_distinct_first_tokens": float(np.mean(
+            [r["distinct_first_tokens"] for r in rs])),
+        "share_floor_or_ceil": float(np.mean(
+            [r["share_floor_or_ceil"] for r in rs])),
+        "all_floor_or_ceil": all(r["share_floor_or_ceil"] == 1.0 for r in rs),
+        "max_abs_deviation": float(max(r["max_abs_deviation"] for r in rs))})
+  return table
+
+
+def main(argv=None) -> int:
+  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  p.add_argument("--models", nargs="+", default=sorted(llms.MODELS))
+  p.add_argument("--num_samples", nargs="+", type=int, default=[16, 64])
+  p.add_argument("--temperatures", nargs="+", type=float,
+                 default=[0.7, 1.0, 1.3])
+  p.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
+  p.add_argument("--max_new_tokens", type=int, default=32)
+  p.add_argument("--out", default="results/llm/diversity.jsonl")
+  args = p.parse_args(argv)
+  for m in args.models:
+    llms.check_name(m)
+  keys = [(m, i, t, n, method, s) for m in args.models
+          for i in range(len(PROMPTS[m])) for t in args.temperatures
+          for n in args.num_samples for method in ("arithmetic", "ancestral")
+          for s in args.seeds]
+  done = jsonl.run_missing(
+      args.out, keys,
+      key=lambda r: (r["model"], r["prompt_index"], r["temperature"], r["n"],
+                     r["method"], r["seed"]),
+      run=lambda k: measure(k, args), desc="llm diversity")
+  table = summarize([done[k] for k in keys])
+  print(f"{'model':14s} {'T':>4s} {'N':>3s} {'method':10s} {'distinct':>8s} "
+        f"{'dups':>6s} {'1st tok':>7s} {'floor/ceil':>10s} {'max|c-Nq|':>9s}")
+  for r in table:
+    print(f"{r['model']:14s} {r['temperature']:4.1f} {r['n']:3d} "
+          f"{r['method']:10s} {r['mean_distinct']:8.1f} "
+          f"{r['mean_duplicates']:6.1f} {r['mean_distinct_first_tokens']:7.1f} "
+          f"{r['share_floor_or_ceil']:10.3f} {r['max_abs_deviation']:9.2f}")
+  arith = [r for r in table if r["method"] == "arithmetic"]
+  iid = [r for r in table if r["method"] == "ancestral"]
+  print(json.dumps({"summary": table}))
+  print(f"arithmetic: floor/ceil first-token counts in "
+        f"{sum(r['all_floor_or_ceil'] for r in arith)}/{len(arith)} settings "
+        f"(max |count - Nq| {max(r['max_abs_deviation'] for r in arith):.2f}); "
+        f"ancestral: {sum(r['all_floor_or_ceil'] for r in iid)}/{len(iid)} "
+        f"(max {max(r['max_abs_deviation'] for r in iid):.2f}); mean "
+        f"duplicates arithmetic "
+        f"{np.mean([r['mean_duplicates'] for r in arith]):.2f} vs ancestral "
+        f"{np.mean([r['mean_duplicates'] for r in iid]):.2f}")
+  return 0
+
+
+if __name__ == "__main__":
+  jax.config.update("jax_platforms", "cpu")
+  sys.exit(main())
