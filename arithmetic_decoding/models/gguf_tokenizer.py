@@ -73,6 +73,8 @@ class GGUFVocab:
     add_bos: prepend BOS when encoding a prompt.
     chat_template: the Jinja chat template, or None.
     extra_stop_ids: ids that also end generation (`<end_of_turn>`, EOT).
+    rank_by_position: SentencePiece merges ranked by file position rather
+      than by score (Gemma files).
   """
 
   kind: str
@@ -86,6 +88,7 @@ class GGUFVocab:
   add_bos: bool
   chat_template: Optional[str] = None
   extra_stop_ids: Tuple[int, ...] = ()
+  rank_by_position: bool = False
 
   @classmethod
   def from_metadata(cls, metadata: Mapping[str, Any]) -> "GGUFVocab":
@@ -110,7 +113,9 @@ class GGUFVocab:
                scores=list(get("scores")) if get("scores") is not None else None,
                bos_id=get("bos_token_id"), eos_id=eos, add_bos=add_bos,
                chat_template=metadata.get("tokenizer.chat_template"),
-               extra_stop_ids=tuple(i for i in stops if i != eos))
+               extra_stop_ids=tuple(i for i in stops if i != eos),
+               rank_by_position=str(metadata.get(
+                   "general.architecture", "")).startswith("gemma"))
 
   @property
   def stop_ids(self) -> Tuple[int, ...]:
@@ -148,30 +153,31 @@ def _byte_level(vocab: GGUFVocab):
 
 def sentencepiece_merges(pieces: Sequence[str],
                          ranks: Sequence[float]) -> list:
-  """The BPE merges a scored SentencePiece vocabulary implies.
+  """The BPE merges a ranked SentencePiece vocabulary implies.
 
-  Every piece that is two shorter pieces joined yields the merge (left,
-  right); merges go best first by the joined piece's rank (higher first),
-  then by the left piece's length (shorter first), then by the pieces' ids.
+  Every piece that is two other pieces joined yields the merge (left,
+  right). Merges go best first by the joined piece's rank (higher first),
+  then by the left piece's length (longer first), then the right's; ties
+  keep vocabulary order (pieces, then the two parts' ids). A piece spelled
+  twice counts with its last id and rank. This is the order Hugging Face's
+  GGUF conversion gives, which the integration tests compare against.
 
   >>> sentencepiece_merges(["a", "b", "c", "ab", "abc", "bc"],
   ...                      [0, 0, 0, -1, -3, -2])
-  [('a', 'b'), ('b', 'c'), ('a', 'bc'), ('ab', 'c')]
+  [('a', 'b'), ('b', 'c'), ('ab', 'c'), ('a', 'bc')]
   """
-  ids = {}
+  ids, rank_of = {}, {}
   for i, p in enumerate(pieces):
-    ids.setdefault(p, i)
+    ids[p] = i
+    rank_of[p] = ranks[i]
   found = []
-  for i, piece in enumerate(pieces):
-    if ids.get(piece) != i:
-      continue
-    for cut in range(1, len(piece)):
-      left, right = piece[:cut], piece[cut:]
-      if left in ids and right in ids:
-        found.append((-ranks[i], len(left), len(right), ids[left], ids[right],
-                      left, right))
-  found.sort()
-  return [(f[5], f[6]) for f in found]
+  for piece, rank in rank_of.items():
+    local = [(piece[:cut], piece[cut:]) for cut in range(1, len(piece))
+             if piece[:cut] in ids and piece[cut:] in ids]
+    local.sort(key=lambda lr: (ids[lr[0]], ids[lr[1]]))
+    found += [(rank, left, right) for left, right in local]
+  found.sort(key=lambda m: (m[0], len(m[1]), len(m[2])), reverse=True)
+  return [(left, right) for _, left, right in found]
 
 
 def _sentencepiece(vocab: GGUFVocab):
@@ -181,12 +187,14 @@ def _sentencepiece(vocab: GGUFVocab):
                      "tokenizer.ggml.scores.")
   pieces = [SPACE * len(t) if t and " " in t and not t.strip() else t
             for t in vocab.tokens]
-  ids = {}
-  for i, p in enumerate(pieces):
-    ids.setdefault(p, i)
+  ids = {p: i for i, p in enumerate(pieces)}
   unk = next((t for t, ty in zip(pieces, vocab.token_types) if ty == 2), None)
+  # Gemma's merge order is its file order; its scores nearly follow it but
+  # not everywhere. Other SentencePiece vocabularies rank by score.
+  ranks = ([-float(i) for i in range(len(pieces))]
+           if vocab.rank_by_position else vocab.scores)
   tokenizer = tk.Tokenizer(tk.models.BPE(
-      vocab=ids, merges=sentencepiece_merges(pieces, vocab.scores),
+      vocab=ids, merges=sentencepiece_merges(pieces, ranks),
       unk_token=unk, fuse_unk=True, byte_fallback=True))
   tokenizer.normalizer = tk.normalizers.Replace(" ", SPACE)
   tokenizer.decoder = tk.decoders.Sequence([

@@ -64,7 +64,7 @@ def hf_greedy(model, tokenizer, batch_ids, new_tokens: int):
   with torch.no_grad():
     out = model.generate(input_ids=ids, attention_mask=mask,
                          max_new_tokens=new_tokens, do_sample=False,
-                         min_new_tokens=new_tokens, output_logits=True,
+                         output_logits=True,
                          return_dict_in_generate=True, pad_token_id=pad)
   tokens = out.sequences[:, width:].numpy()
   logits = np.stack([l.float().numpy() for l in out.logits], axis=1)

@@ -7,8 +7,12 @@ which must then be one), the tokenizer identical id for id on a varied
 corpus, the chat template rendered identically.
 """
 
+import types
+import unicodedata
+
 import numpy as np
 import pytest
+from tokenizers import Tokenizer, pre_tokenizers
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -70,12 +74,35 @@ def pair(request):
   return request.param, ours, model, tokenizer
 
 
+def _non_ascii_numerals(text):
+  return any(not c.isascii() and unicodedata.numeric(c, None) is not None
+             for c in text)
+
+
 def test_tokenizer_identical_on_a_varied_corpus(pair):
   name, ours, _, tokenizer = pair
   texts = corpus()
   assert len(texts) > 60
+  reference = tokenizer
+  if name == "smollm2-135m":
+    # SmolLM2's file says tokenizer.ggml.pre = "smollm": every numeric
+    # character is its own pre-token (llama.cpp's rule, and SmolLM2's own
+    # tokenizer.json: Digits(individual_digits=True) before the byte-level
+    # split). transformers' GGUF conversion keeps GPT-2's split, so it
+    # groups " ½" where the model does not; digits 0-9 have no merges in
+    # this vocabulary, so only non-ASCII numerals can differ. Checked: they
+    # are the only differences, and with SmolLM2's own pre-tokenizer
+    # transformers' tokenizer agrees with ours everywhere.
+    differ = [t for t in texts if ours.encode(t) != tokenizer(t).input_ids]
+    assert differ and all(_non_ascii_numerals(t) for t in differ), differ
+    backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+    backend.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+    reference = lambda text: types.SimpleNamespace(
+        input_ids=backend.encode(text).ids)
   for text in texts:
-    theirs = tokenizer(text).input_ids
+    theirs = reference(text).input_ids
     assert ours.encode(text) == theirs, (name, text)
     assert ours.decode(ours.encode(text)) == tokenizer.decode(
         theirs, skip_special_tokens=True), (name, text)
