@@ -12,9 +12,11 @@ arithmetic sampling and with ancestral sampling and records:
   - distinct completions and duplicates (N - distinct) of up to
     `--max_new_tokens` tokens, and distinct first tokens.
 
-Appends one JSON line per (model, prompt, temperature, N, method, seed) to
-`--out` and skips those already there (resumable); prints a summary table
-and one JSON summary line.
+The prompts of a model decode in one batch (each prompt's samples do not
+depend on the others). Appends one JSON line per (model, temperature, N,
+method, seed), holding every prompt's record, to `--out` and skips those
+already there (resumable); prints a summary table and one JSON summary
+line.
 
   python scripts/llm_diversity.py [--models smollm2-135m gemma3-270m]
       [--num_samples 16 64] [--temperatures 0.7 1.0 1.3] [--seeds 0 1]
@@ -72,29 +74,33 @@ def lattice_stats(first_tokens, q, n):
 
 
 def measure(key, args):
-  model, prompt_index, temperature, n, method, seed = key
+  model, temperature, n, method, seed = key
   llm = llms.load(model, verbose=False)
   chat = bool(llm.vocab.chat_template)
-  prompt = PROMPTS[model][prompt_index]
-  out = generate(llm, [prompt], n, method=method, temperature=temperature,
+  prompts = PROMPTS[model]
+  out = generate(llm, prompts, n, method=method, temperature=temperature,
                  seed=seed, max_new_tokens=args.max_new_tokens, chat=chat)
-  tokens = out.tokens[0]
-  firsts = [t[0] if t else -1 for t in tokens]
-  q = first_token_probs(llm, prompt, temperature, chat)
-  distinct = out.distinct()[0]
-  return {"model": model, "prompt": prompt, "prompt_index": prompt_index,
-          "temperature": temperature, "n": n, "method": method, "seed": seed,
-          "max_new_tokens": args.max_new_tokens, "distinct": distinct,
-          "duplicates": n - distinct,
-          "distinct_first_tokens": len(set(firsts)),
-          **lattice_stats(firsts, q, n)}
+  records = []
+  for b, prompt in enumerate(prompts):
+    tokens = out.tokens[b]
+    firsts = [t[0] if t else -1 for t in tokens]
+    q = first_token_probs(llm, prompt, temperature, chat)
+    distinct = out.distinct()[b]
+    records.append({
+        "prompt": prompt, "prompt_index": b, "distinct": distinct,
+        "duplicates": n - distinct,
+        "distinct_first_tokens": len(set(firsts)),
+        **lattice_stats(firsts, q, n)})
+  return {"model": model, "temperature": temperature, "n": n,
+          "method": method, "seed": seed,
+          "max_new_tokens": args.max_new_tokens, "prompts": records}
 
 
 def summarize(records):
   rows = {}
-  for r in records:
-    k = (r["model"], r["temperature"], r["n"], r["method"])
-    rows.setdefault(k, []).append(r)
+  for record in records:
+    k = (record["model"], record["temperature"], record["n"], record["method"])
+    rows.setdefault(k, []).extend(record["prompts"])
   table = []
   for (model, t, n, method), rs in sorted(rows.items()):
     table.append({
@@ -118,19 +124,18 @@ def main(argv=None) -> int:
   p.add_argument("--temperatures", nargs="+", type=float,
                  default=[0.7, 1.0, 1.3])
   p.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
-  p.add_argument("--max_new_tokens", type=int, default=32)
+  p.add_argument("--max_new_tokens", type=int, default=24)
   p.add_argument("--out", default="results/llm/diversity.jsonl")
   args = p.parse_args(argv)
   for m in args.models:
     llms.check_name(m)
-  keys = [(m, i, t, n, method, s) for m in args.models
-          for i in range(len(PROMPTS[m])) for t in args.temperatures
-          for n in args.num_samples for method in ("arithmetic", "ancestral")
-          for s in args.seeds]
+  keys = [(m, t, n, method, s) for m in args.models
+          for t in args.temperatures for n in args.num_samples
+          for method in ("arithmetic", "ancestral") for s in args.seeds]
   done = jsonl.run_missing(
       args.out, keys,
-      key=lambda r: (r["model"], r["prompt_index"], r["temperature"], r["n"],
-                     r["method"], r["seed"]),
+      key=lambda r: (r["model"], r["temperature"], r["n"], r["method"],
+                     r["seed"]),
       run=lambda k: measure(k, args), desc="llm diversity")
   table = summarize([done[k] for k in keys])
   print(f"{'model':14s} {'T':>4s} {'N':>3s} {'method':10s} {'distinct':>8s} "

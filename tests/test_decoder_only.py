@@ -189,7 +189,9 @@ def test_greedy_equals_argmax_of_recomputed_logits(arch):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("method", ["arithmetic", "ancestral"])
+@pytest.mark.parametrize("method", ["arithmetic",
+                                    pytest.param("ancestral",
+                                                 marks=pytest.mark.slow)])
 def test_samples_do_not_depend_on_batch_neighbours(arch, method):
   """Prompt 0 decodes the same with a short or a long neighbour (the other
   prompt changes the width, the padding and the cache length)."""
