@@ -49,6 +49,20 @@ def _best(fn, repeats):
   return min(times)
 
 
+def _record(runtime, method, batch, n, new_tokens, prompt_tokens, t_prefill,
+            total, **extra):
+  """One timed configuration: rates from the prefill and whole-run times."""
+  tokens = batch * n * new_tokens
+  record = {"runtime": runtime, "method": method, "batch": batch, "n": n,
+            "new_tokens": tokens, **extra, "prompt_tokens": prompt_tokens,
+            "prefill_s": t_prefill, "total_s": total,
+            "decode_s": total - t_prefill,
+            "prefill_tok_s": prompt_tokens / t_prefill,
+            "decode_tok_s": tokens / (total - t_prefill)}
+  print(json.dumps(record), file=sys.stderr)
+  return record
+
+
 def run_ours(args):
   import jax
   import jax.numpy as jnp
@@ -93,15 +107,9 @@ def run_ours(args):
             for b in range(batch)))
         total = _best(lambda: jax.block_until_ready(
             decode(params, prompts, key)), args.repeats)
-        tokens = batch * n * args.new_tokens
-        results.append({
-            "runtime": "ours (jax)", "method": method.value, "batch": batch,
-            "n": n, "new_tokens": tokens, "produced_nonzero": produced,
-            "prompt_tokens": prompt_tokens, "prefill_s": t_prefill,
-            "total_s": total, "decode_s": total - t_prefill,
-            "prefill_tok_s": prompt_tokens / t_prefill,
-            "decode_tok_s": tokens / (total - t_prefill)})
-        print(json.dumps(results[-1]), file=sys.stderr)
+        results.append(_record("ours (jax)", method.value, batch, n,
+                               args.new_tokens, prompt_tokens, t_prefill,
+                               total, produced_nonzero=produced))
   return results
 
 
@@ -111,7 +119,6 @@ def run_hf(args):
                                   "integration_llm"))
   import runtime
   from arithmetic_apps import llms
-  from arithmetic_decoding.llm import LLM  # noqa: F401 (tokenizer parity)
 
   torch.manual_seed(0)
   model, tokenizer = runtime.hf(llms.gguf_path("smollm2-135m"))
@@ -150,15 +157,9 @@ def run_hf(args):
         out = gen()
         assert out.shape[1] == width + args.new_tokens
         total = _best(gen, args.repeats)
-        tokens = batch * n * args.new_tokens
-        results.append({
-            "runtime": "transformers (torch)", "method": method,
-            "batch": batch, "n": n, "new_tokens": tokens,
-            "prompt_tokens": prompt_tokens, "prefill_s": t_prefill,
-            "total_s": total, "decode_s": total - t_prefill,
-            "prefill_tok_s": prompt_tokens / t_prefill,
-            "decode_tok_s": tokens / (total - t_prefill)})
-        print(json.dumps(results[-1]), file=sys.stderr)
+        results.append(_record("transformers (torch)", method, batch, n,
+                               args.new_tokens, prompt_tokens, t_prefill,
+                               total))
   return results
 
 
