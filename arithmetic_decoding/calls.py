@@ -80,6 +80,7 @@ class DecodeCall:
     max_decode_steps: int32 [] or [B] (clipped to the hard limit) or None.
     codes: float32 [B, N] codes to decode, or None (made from `rng`).
     targets: int32 [B, N, L] sequences to encode, or None.
+    row_ids: int32 [B, N] ids selecting each row's noise, or None.
     fns: (static) the model's step function and callbacks.
     options: (static) everything that changes the compiled program.
   """
@@ -89,7 +90,7 @@ class DecodeCall:
     return make_rows(self.options, self.inputs, self.cache, self.rng,
                      self.temperature, initial_index=self.initial_index,
                      max_decode_steps=self.max_decode_steps, codes=self.codes,
-                     targets=self.targets)
+                     targets=self.targets, row_ids=self.row_ids)
 
   inputs: jax.Array
   cache: PyTree
@@ -101,6 +102,7 @@ class DecodeCall:
   max_decode_steps: Optional[jax.Array]
   codes: Optional[jax.Array]
   targets: Optional[jax.Array]
+  row_ids: Optional[jax.Array]
   fns: ModelFns
   options: DecodeOptions
 
@@ -108,7 +110,8 @@ class DecodeCall:
 jax.tree_util.register_dataclass(
     DecodeCall,
     data_fields=["inputs", "cache", "rng", "temperature", "topk", "topp",
-                 "initial_index", "max_decode_steps", "codes", "targets"],
+                 "initial_index", "max_decode_steps", "codes", "targets",
+                 "row_ids"],
     meta_fields=["fns", "options"])
 
 
@@ -131,7 +134,7 @@ def default_key(decode_rng, seed=None):
 
 
 def validate(args: T5XArgs, chooser: Chooser, *, codes=None, targets=None,
-             seed=None) -> DecodeCall:
+             seed=None, row_ids=None) -> DecodeCall:
   """Checks every argument (ValueError / TypeError naming it) -> DecodeCall.
 
   `targets` (int [B, N, L], encoding) sets N from its shape; otherwise N is
@@ -174,6 +177,7 @@ def validate(args: T5XArgs, chooser: Chooser, *, codes=None, targets=None,
           length),
       codes=validation.check_codes(codes, batch, num_decodes),
       targets=targets,
+      row_ids=validation.check_row_ids(row_ids, batch, num_decodes),
       fns=ModelFns(args.tokens_to_logits, args.state_callback_fn,
                    args.logit_callback_fn),
       options=options)

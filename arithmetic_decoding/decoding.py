@@ -65,6 +65,7 @@ def arithmetic_sample(
     code_resolution: float = CODE_RESOLUTION,
     return_codes: bool = False,
     seed: Optional[int] = None,
+    row_ids: Optional[jax.Array] = None,
 ):
   """Arithmetic sampling with the signature, defaults and returns of T5X's
   `decoding.temperature_sample`.
@@ -108,6 +109,11 @@ def arithmetic_sample(
     seed: keyword-only; an int folded into `decode_rng` (None: not). `t5x
       infer` passes the same keys on every run; bind
       `arithmetic_sample.seed` in gin to draw a different sample set.
+    row_ids: keyword-only; int [B, N] naming each row's noise (the fresh
+      uniforms after a spent code, `choosers.row_uniform`); default the
+      global row index b*N + j. With ids that name the sample rather than
+      its place (`rollouts.noise_ids`), a (code, id) pair decodes to the
+      same tokens in any batch.
 
   Returns:
     decodes: int32 [B, N, L], each input's samples sorted by increasing
@@ -124,7 +130,8 @@ def arithmetic_sample(
   """
   chooser = Arithmetic(validation.check_code_resolution(code_resolution),
                        code_scheme)
-  call = validate(T5XArgs.of(locals()), chooser, codes=codes, seed=seed)
+  call = validate(T5XArgs.of(locals()), chooser, codes=codes, seed=seed,
+                  row_ids=row_ids)
   decodes, log_probs, sorted_codes = jit_or_trace(sample_core,
                                                   _sample_core_jit, call)
   if return_codes:

@@ -161,7 +161,8 @@ class Generation:
 @functools.partial(jax.jit, static_argnames=(
     "model", "method", "num_samples", "length", "max_new_tokens", "topk",
     "topp", "eos", "code_resolution"))
-def _decode(params, prompts, key, temperature, codes, *, model, method,
+def _decode(params, prompts, key, temperature, codes, row_ids, *, model,
+            method,
             num_samples, length, max_new_tokens, topk, topp, eos,
             code_resolution):
   """prompts int32 [B, P] -> (decodes [B, N, L], scores [B, N], codes [B, N])."""
@@ -176,7 +177,8 @@ def _decode(params, prompts, key, temperature, codes, *, model, method,
                        num_decodes=num_samples, temperature=temperature,
                        topk=topk, topp=topp, initial_index=initial_index,
                        max_decode_steps=max_new_tokens, codes=codes,
-                       code_resolution=code_resolution, return_codes=True)
+                       code_resolution=code_resolution, return_codes=True,
+                       row_ids=row_ids)
 
 
 def generate(llm: LLM, prompts: Union[str, Sequence[str]], num_samples: int,
@@ -184,7 +186,8 @@ def generate(llm: LLM, prompts: Union[str, Sequence[str]], num_samples: int,
              temperature: float = 1.0, seed: int = 0,
              max_new_tokens: int = 64, *, topk: int = 0, topp: float = 0.0,
              chat: bool = False, codes=None,
-             code_resolution: Optional[float] = None) -> Generation:
+             code_resolution: Optional[float] = None,
+             row_ids=None, params=None) -> Generation:
   """N completions of each prompt by one decode method.
 
   Args:
@@ -201,6 +204,11 @@ def generate(llm: LLM, prompts: Union[str, Sequence[str]], num_samples: int,
     codes: float [B, N] in [0, 1): decode these codes (arithmetic only).
     code_resolution: how deep a code decides its sample (default: float32's
       2**-22, as `arithmetic_sample`).
+    row_ids: int [B, N] naming each sample's noise (arithmetic only; see
+      `arithmetic_sample`); `rollouts.group_rollouts` sets them so that a
+      sample does not depend on its batch.
+    params: the parameters to use instead of `llm.params` (the same tree,
+      placed elsewhere: another device).
 
   Raises:
     ValueError / TypeError: an argument out of range; a prompt that is
@@ -217,6 +225,28 @@ def generate(llm: LLM, prompts: Union[str, Sequence[str]], num_samples: int,
   validation.check_topk_topp(topk, topp)
   if codes is not None and method is not Method.ARITHMETIC:
     raise ValueError("codes apply to method='arithmetic' only.")
+  if row_ids is not None and method is not Method.ARITHMETIC:
+    raise ValueError("row_ids apply to method='arithmetic' only.")
+  texts, ids, batch = prepare_prompts(llm, prompts, steps, chat)
+  if codes is not None:
+    codes = validation.check_codes(codes, len(ids), n)
+  row_ids = validation.check_row_ids(row_ids, len(ids), n)
+  resolution = (2.0 ** -22 if code_resolution is None else
+                validation.check_code_resolution(code_resolution))
+  arrays = _decode(
+      llm.params if params is None else params, jnp.asarray(batch),
+      jax.random.PRNGKey(seed), jnp.float32(temperature), codes, row_ids,
+      model=llm.model, method=method, num_samples=n,
+      length=batch.shape[1] + 1 + steps, max_new_tokens=steps, topk=topk,
+      topp=topp, eos=llm.stop_ids, code_resolution=resolution)
+  return collect(llm, method, texts, ids, steps, arrays)
+
+
+def prepare_prompts(llm: LLM, prompts: Union[str, Sequence[str]], steps: int,
+                    chat: bool) -> Tuple[List[str], List[List[int]], np.ndarray]:
+  """Texts (chat template applied) -> (texts, ids, int32 [B, width]), the
+  ids right-padded with 0 to a multiple of `PROMPT_BUCKET`; ValueError /
+  TypeError for prompts the decode cannot take."""
   texts = [prompts] if isinstance(prompts, str) else list(prompts)
   if not texts or not all(isinstance(t, str) for t in texts):
     raise TypeError("prompts must be a string or a non-empty list of strings.")
@@ -238,17 +268,14 @@ def generate(llm: LLM, prompts: Union[str, Sequence[str]], num_samples: int,
   batch = np.zeros((len(ids), width), np.int32)
   for b, row in enumerate(ids):
     batch[b, :len(row)] = row
-  if codes is not None:
-    codes = validation.check_codes(codes, len(ids), n)
-  resolution = (2.0 ** -22 if code_resolution is None else
-                validation.check_code_resolution(code_resolution))
-  decodes, scores, used = _decode(
-      llm.params, jnp.asarray(batch), jax.random.PRNGKey(seed),
-      jnp.float32(temperature), codes, model=llm.model, method=method,
-      num_samples=n, length=width + 1 + steps, max_new_tokens=steps,
-      topk=topk, topp=topp, eos=llm.stop_ids, code_resolution=resolution)
-  decodes, scores, used = (np.asarray(decodes), np.asarray(scores),
-                           np.asarray(used))
+  return texts, ids, batch
+
+
+def collect(llm: LLM, method: Method, texts: List[str], ids: List[List[int]],
+            steps: int, arrays) -> Generation:
+  """The decode's (decodes, scores, codes) arrays -> a `Generation` (waits
+  for them); arithmetic samples ordered by code."""
+  decodes, scores, used = (np.asarray(a) for a in arrays)
   if method is Method.ARITHMETIC:
     order = np.argsort(used, axis=1, kind="stable")
     decodes = np.take_along_axis(decodes, order[:, :, None], axis=1)

@@ -99,15 +99,16 @@ class Method(enum.Enum):
              codes=None, code_scheme: SchemeLike = CodeScheme.SHIFTED_LATTICE,
              code_resolution: float = CODE_RESOLUTION,
              max_decode_steps=None, initial_index=None, cache_offset: int = 0,
-             return_codes: bool = False) -> Tuple[jax.Array, ...]:
+             return_codes: bool = False,
+             row_ids=None) -> Tuple[jax.Array, ...]:
     """(decodes int32 [B, N, L], scores float32 [B, N]) by this method,
     and the codes [B, N] with `return_codes` (zeros but for arithmetic
     sampling's; beam search has none).
 
     The arguments mean what they mean for `arithmetic_sample`; each method
     uses the ones that apply to it (`alpha` beam search only; `codes`,
-    `code_scheme`, `code_resolution` arithmetic only; GREEDY decodes at
-    temperature 0, ignoring `temperature`, `topk` and `topp`). Beam search
+    `code_scheme`, `code_resolution`, `row_ids` arithmetic only; GREEDY
+    decodes at temperature 0, ignoring `temperature`, `topk` and `topp`). Beam search
     takes one `eos_id` and no `max_decode_steps`.
     """
     common = dict(num_decodes=num_decodes, cache_offset=cache_offset,
@@ -127,7 +128,8 @@ class Method(enum.Enum):
                                temperature=temperature, topk=topk, topp=topp,
                                codes=codes, code_scheme=code_scheme,
                                code_resolution=code_resolution,
-                               return_codes=return_codes, **common)
+                               return_codes=return_codes, row_ids=row_ids,
+                               **common)
     if self is Method.ANCESTRAL:
       out = ancestral_sample(inputs, cache, tokens_to_logits, eos_id, rng,
                              temperature=temperature, topk=topk, topp=topp,

@@ -40,7 +40,8 @@ class Rows:
     temperature: float32 [] or [R].
     max_decode_len: int32 [] or [R]; each row's length limit.
     codes: float32 [R]; each row's code (zeros for choosers without codes).
-    row_ids: int32 [R]; global row index b*N + j (selects per-row noise).
+    row_ids: int32 [R]; selects per-row noise: the global row index b*N + j
+      unless the caller names its rows.
     rng: the loop's PRNG key (the same for all rows).
     targets: int32 [R, L]; sequences to force when encoding, else None.
   """
@@ -80,7 +81,8 @@ def make_rows(options: DecodeOptions, inputs: jax.Array, cache: PyTree,
               initial_index: Optional[jax.Array] = None,
               max_decode_steps: Optional[jax.Array] = None,
               codes: Optional[jax.Array] = None,
-              targets: Optional[jax.Array] = None) -> Rows:
+              targets: Optional[jax.Array] = None,
+              row_ids: Optional[jax.Array] = None) -> Rows:
   """Validated [B, ...] arguments -> `Rows` for B*N rows.
 
   Args:
@@ -94,6 +96,9 @@ def make_rows(options: DecodeOptions, inputs: jax.Array, cache: PyTree,
     max_decode_steps: int32 [] or [B] or None.
     codes: float32 [B, N] or None.
     targets: int32 [B, N, L] (encoding) or None.
+    row_ids: int32 [B, N] or None; the ids that select each row's noise
+      (default: the global row index b*N + j). Ids that name a sample
+      itself (`rollouts.noise_ids`) make it independent of the batch.
   """
   batch = inputs.shape[0]
   n = options.num_decodes
@@ -113,7 +118,8 @@ def make_rows(options: DecodeOptions, inputs: jax.Array, cache: PyTree,
       temperature=temperature,
       max_decode_len=max_decode_lengths(inputs, max_decode_steps, n),
       codes=codes.reshape(batch * n).astype(jnp.float32),  # [B, N] -> [B*N]
-      row_ids=jnp.arange(batch * n, dtype=jnp.int32),
+      row_ids=(jnp.arange(batch * n, dtype=jnp.int32) if row_ids is None
+               else row_ids.reshape(batch * n)),  # [B, N] -> [B*N]
       rng=loop_rng,
       targets=targets)
 

@@ -224,6 +224,23 @@ def check_codes(codes: Any, batch_size: int, num_decodes: int):
   return jnp.asarray(codes, jnp.float32)
 
 
+def check_row_ids(row_ids: Any, batch_size: int, num_decodes: int):
+  """None, or integers of shape [batch, num_decodes] (any int32 value)."""
+  if row_ids is None:
+    return None
+  shape = getattr(row_ids, "shape", np.shape(row_ids))
+  if tuple(shape) != (batch_size, num_decodes):
+    raise ValueError(
+        f"row_ids must have shape [batch, num_decodes] = ({batch_size}, "
+        f"{num_decodes}); got {tuple(shape)}.")
+  dtype = getattr(row_ids, "dtype", None)
+  if dtype is None:
+    dtype = np.asarray(row_ids).dtype
+  if not jnp.issubdtype(dtype, jnp.integer):
+    raise TypeError(f"row_ids must be integers; got dtype {dtype}.")
+  return jnp.asarray(row_ids).astype(jnp.int32)
+
+
 def check_sequences(sequences: Any, batch_size: int, length: int) -> jax.Array:
   """Integer sequences [batch, num, length] (what `arithmetic_encode` takes)."""
   shape = getattr(sequences, "shape", None)
