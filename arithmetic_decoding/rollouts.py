@@ -209,7 +209,7 @@ def group_rollouts(llm, prompts: Union[str, Sequence[str]], group_size: int,
                    topk: int = 0, topp: float = 0.0, chat: bool = False,
                    rows_per_call: int = 16, token_log_probs: bool = True,
                    devices: Optional[Sequence[Any]] = None,
-                   codes=None) -> Rollouts:
+                   codes=None, stop_ids: Sequence[int] = ()) -> Rollouts:
   """G completions of each prompt, reproducible from (seed, step, prompt id).
 
   Args:
@@ -231,6 +231,8 @@ def group_rollouts(llm, prompts: Union[str, Sequence[str]], group_size: int,
       pass per call).
     devices: JAX devices to spread the calls over (default: the first).
     codes: float [B, G] codes to decode instead of the scheme's.
+    stop_ids: token ids that also end a completion (besides the model's
+      EOS and end-of-turn tokens), e.g. a newline for one-line answers.
 
   Raises:
     ValueError / TypeError: an argument out of range (see also `generate`).
@@ -271,6 +273,9 @@ def group_rollouts(llm, prompts: Union[str, Sequence[str]], group_size: int,
   topk = validation.check_topk(topk)
   topp = validation.check_topp(topp)
   validation.check_topk_topp(topk, topp)
+  stops = tuple(llm.stop_ids) + tuple(
+      validation.check_int("stop_ids", t, minimum=1) for t in stop_ids
+      if t not in llm.stop_ids)
   calls = -(-g // rows)
   # Launch every call first (asynchronous: the devices work in parallel),
   # then collect. Call (b, c) holds codes [c*rows, (c+1)*rows) of prompt b,
@@ -291,7 +296,7 @@ def group_rollouts(llm, prompts: Union[str, Sequence[str]], group_size: int,
           jax.device_put(noise[b, fill][None], device), model=llm.model,
           method=Method.ARITHMETIC, num_samples=rows,
           length=batch.shape[1] + 1 + steps, max_new_tokens=steps, topk=topk,
-          topp=topp, eos=llm.stop_ids, code_resolution=CODE_RESOLUTION)
+          topp=topp, eos=stops, code_resolution=CODE_RESOLUTION)
       launched.append((b, part, device, chat_text, ids_b, arrays))
 
   tokens = np.zeros((len(texts), g, steps), np.int32)
@@ -301,7 +306,7 @@ def group_rollouts(llm, prompts: Union[str, Sequence[str]], group_size: int,
   out_texts: List[List[str]] = [[""] * g for _ in texts]
   for b, part, _, chat_text, ids_b, arrays in launched:
     gen = llm_lib.collect(llm, Method.ARITHMETIC, chat_text, ids_b, steps,
-                          arrays)
+                          arrays, stops)
     for j in part:
       # Samples come back ordered by code; find code j's.
       i = int(np.flatnonzero(gen.codes[0] == codes[b, j])[0])
