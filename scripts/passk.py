@@ -113,6 +113,7 @@ def summarize(records):
     groups.setdefault((r["task"], r["model"], r["temperature"], r["method"]),
                       []).append(r)
   rows = []
+  per_problem = {}
   for (task, model, t, method), rs in sorted(groups.items()):
     cfg = TASKS[task]
     g, reps, n_p = cfg["group"], cfg["repeats"], cfg["problems"]
@@ -149,12 +150,24 @@ def summarize(records):
         row["zero_advantage"][gg] = est.bootstrap(
             est.zero_advantage_fraction(rewards, gg))
         if reps >= 2:
-          row["group_mean_variance"][gg] = est.bootstrap(
-              est.group_mean_variance(rewards, gg))
+          var = est.group_mean_variance(rewards, gg)
+          per_problem[(task, model, t, method, gg)] = var
+          row["group_mean_variance"][gg] = est.bootstrap(var)
     row["seconds_per_completion"] = sum(r["seconds"] for r in rs) / (
         len(rs) * g)
     row["tokens_per_completion"] = sum(r["tokens"] for r in rs) / (len(rs) * g)
     rows.append(row)
+  for row in rows:
+    if row["method"] != "arithmetic":
+      continue
+    row["variance_ratio_vs_iid"] = {}
+    for gg in (4, 8, 16):
+      a = per_problem.get((row["task"], row["model"], row["temperature"],
+                           "arithmetic", gg))
+      b = per_problem.get((row["task"], row["model"], row["temperature"],
+                           "iid", gg))
+      if a is not None and b is not None and b.mean() > 0:
+        row["variance_ratio_vs_iid"][gg] = est.paired_ratio(a, b)
   return rows
 
 
@@ -207,6 +220,16 @@ def report(rows, out):
                    f"{r['duplicate_rate']:.3f} | {' | '.join(za)} | "
                    f"{' | '.join(var)} | {_fmt(maj) if maj else ''} | "
                    f"{r['seconds_per_completion']:.3f} |")
+    ratios = [(k, r) for k, r in sorted(by.items())
+              if k[0] == task and r.get("variance_ratio_vs_iid")]
+    if ratios:
+      lines += ["", "Var(group-mean reward), arithmetic / iid (paired "
+                "bootstrap over problems):", "",
+                "| model | T | G=4 | G=8 | G=16 |", "|---|---|---|---|---|"]
+      for (tk, model, t, _), r in ratios:
+        v = r["variance_ratio_vs_iid"]
+        lines.append(f"| {model} | {t} | " + " | ".join(
+            _fmt(v[g]) if g in v else "" for g in (4, 8, 16)) + " |")
     lines.append("")
   with open(os.path.join(out, "summary.md"), "w") as f:
     f.write("\n".join(lines) + "\n")
