@@ -77,8 +77,14 @@ HOSTILE = {
 }
 
 
+MODES = [pytest.param("namespaces", marks=pytest.mark.skipif(
+    sandbox.isolation() != "namespaces",
+    reason="needs root and unshare (namespaces mode)")), "rlimits"]
+
+
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("name", sorted(HOSTILE))
-def test_hostile_program_is_contained(name, sentinel):
+def test_hostile_program_is_contained(name, mode, sentinel):
   folder, path = sentinel
   listener = socket.socket()
   listener.bind(("127.0.0.1", 0))
@@ -87,7 +93,8 @@ def test_hostile_program_is_contained(name, sentinel):
   port = listener.getsockname()[1]
   source, statuses = HOSTILE[name]
   outcome = run_python(source.format(folder=folder, path=path, port=port),
-                       LIMITS, slot=SLOT)
+                       LIMITS, slot=SLOT, mode=mode)
+  assert outcome.isolation == mode
   assert not outcome.passed
   assert outcome.status in statuses, outcome
   assert outcome.reason
@@ -105,7 +112,7 @@ def test_hostile_program_is_contained(name, sentinel):
     time.sleep(0.1)
   assert _sandbox_processes() == []
   # The next program runs.
-  after = run_python("print(6 * 7)", LIMITS, slot=SLOT)
+  after = run_python("print(6 * 7)", LIMITS, slot=SLOT, mode=mode)
   assert (after.passed, after.output) == (True, "42\n")
 
 

@@ -28,8 +28,11 @@ process is root and `unshare` works, as on this project's machines and CI):
 
 Without root or namespaces (`isolation() == "rlimits"`) the program runs as
 the caller's user in a temporary directory with the same resource limits
-and an audit hook that refuses sockets, subprocesses and `ctypes`: weaker
-(it can read and write whatever the user can), said in every `Outcome`.
+and a Python audit hook (which cannot be removed) that refuses sockets,
+subprocesses, `ctypes`, signals, and opening for writing, deleting,
+renaming or changing files outside its directory. Weaker: it can still read
+what the user can, and an audit hook is a Python-level guard, not a kernel
+one. Every `Outcome` says which mode ran.
 
 Statuses: passed (exit 0), failed (non-zero exit: an assertion, an
 exception, `sys.exit(1)`), timeout (wall clock), cpu (CPU time), memory
@@ -60,16 +63,35 @@ FIRST_UID = 61000
 
 # Prepended in the "rlimits" mode: Python's audit hooks cannot be removed.
 _AUDIT_PREAMBLE = '''
-import sys as _sys
+import os as _os, sys as _sys
+_ROOT = _os.path.dirname(_os.path.abspath(_sys.argv[0])) + _os.sep
+_WRITE = (_os.O_WRONLY | _os.O_RDWR | _os.O_CREAT | _os.O_TRUNC |
+          _os.O_APPEND)
+_BLOCKED = ("socket.", "subprocess.", "os.exec", "os.fork", "os.posix_spawn",
+            "os.spawn", "os.system", "ctypes.", "os.kill", "os.killpg",
+            "signal.pthread_kill", "os.setuid", "os.setgid")
+_PATHS = ("os.remove", "os.rmdir", "os.rename", "os.link", "os.symlink",
+          "os.truncate", "os.mkdir", "os.chmod", "os.chown", "os.utime",
+          "shutil.rmtree", "shutil.copyfile", "shutil.move")
+def _inside(path):
+    try:
+        return _os.path.abspath(_os.fsdecode(path)).startswith(_ROOT)
+    except Exception:
+        return False
 def _sandbox_hook(event, args):
-    if (event.startswith(("socket.", "subprocess.", "os.exec", "os.fork",
-                          "os.posix_spawn", "os.spawn", "os.system",
-                          "ctypes.", "os.kill", "os.killpg"))
-            or event in ("os.remove", "os.rmdir", "shutil.rmtree")
-            and not str(args[0]).startswith(_sys.argv[0].rsplit("/", 1)[0])):
+    if event.startswith(_BLOCKED):
         raise PermissionError(f"sandbox: {event} is not allowed")
+    if event == "open":
+        path, mode, flags = args
+        writes = (isinstance(mode, str) and any(c in mode for c in "wax+")
+                  or isinstance(flags, int) and flags & _WRITE)
+        if writes and not isinstance(path, int) and not _inside(path):
+            raise PermissionError(f"sandbox: writing {path!r} is not allowed")
+    elif event in _PATHS and args and not isinstance(args[0], int) and \
+            not _inside(args[0]):
+        raise PermissionError(f"sandbox: {event} outside its directory")
 _sys.addaudithook(_sandbox_hook)
-del _sys, _sandbox_hook
+del _os, _sys
 '''
 
 
