@@ -202,15 +202,20 @@ def check_max_decode_steps(max_decode_steps: Any, hard_limit: Any,
   return jnp.asarray(max_decode_steps, jnp.int32)
 
 
+def _check_per_sample_shape(name: str, value: Any, batch_size: int,
+                            num_decodes: int) -> None:
+  shape = getattr(value, "shape", np.shape(value))
+  if tuple(shape) != (batch_size, num_decodes):
+    raise ValueError(
+        f"{name} must have shape [batch, num_decodes] = ({batch_size}, "
+        f"{num_decodes}); got {tuple(shape)}.")
+
+
 def check_codes(codes: Any, batch_size: int, num_decodes: int):
   """None, or floats of shape [batch, num_decodes] in [0, 1)."""
   if codes is None:
     return None
-  shape = getattr(codes, "shape", np.shape(codes))
-  if tuple(shape) != (batch_size, num_decodes):
-    raise ValueError(
-        f"codes must have shape [batch, num_decodes] = ({batch_size}, "
-        f"{num_decodes}); got {tuple(shape)}.")
+  _check_per_sample_shape("codes", codes, batch_size, num_decodes)
   value = _concrete(codes)
   if value is not None:
     if not np.issubdtype(value.dtype, np.floating):
@@ -228,11 +233,7 @@ def check_row_ids(row_ids: Any, batch_size: int, num_decodes: int):
   """None, or integers of shape [batch, num_decodes] (any int32 value)."""
   if row_ids is None:
     return None
-  shape = getattr(row_ids, "shape", np.shape(row_ids))
-  if tuple(shape) != (batch_size, num_decodes):
-    raise ValueError(
-        f"row_ids must have shape [batch, num_decodes] = ({batch_size}, "
-        f"{num_decodes}); got {tuple(shape)}.")
+  _check_per_sample_shape("row_ids", row_ids, batch_size, num_decodes)
   dtype = getattr(row_ids, "dtype", None)
   if dtype is None:
     dtype = np.asarray(row_ids).dtype
