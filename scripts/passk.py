@@ -75,8 +75,8 @@ def measure(item):
     text, extra = word_problems.prompt(p["question"]), newline_ids(llm)
   else:
     p = humaneval.load_problems()[problem]
-    text = humaneval.chat_prompt(p) if chat else p["prompt"]
-    extra = []
+    text, extra = humaneval.prompt_text(p, llm), []
+    chat = False  # prompt_text has applied the template
   start = time.perf_counter()
   out = group_rollouts(llm, text, cfg["group"], prompt_ids=[problem], seed=0,
                        step=repeat, scheme=SCHEMES[method], temperature=t,
@@ -90,9 +90,8 @@ def measure(item):
     rewards = [int(a == p["answer"]) for a in answers]
     reasons = []
   else:
-    style = "chat" if chat else "base"
-    outcomes = run_all([humaneval.program(p, x, style) for x in texts],
-                       SANDBOX, workers=2)
+    outcomes = run_all([humaneval.program(p, x) for x in texts], SANDBOX,
+                       workers=2)
     answers = []
     rewards = [int(o.passed) for o in outcomes]
     reasons = [o.status for o in outcomes]

@@ -15,6 +15,7 @@
 import itertools
 import json
 import os
+import types
 
 import numpy as np
 import pytest
@@ -106,28 +107,31 @@ def test_humaneval_canonical_solutions_pass_in_the_sandbox():
   problems = humaneval.load_problems()
   assert len(problems) == 164
   limits = Limits(wall_seconds=10, cpu_seconds=5)
-  base = [humaneval.program(p, p["canonical_solution"], "base")
-          for p in problems]
-  chat = [humaneval.program(p, "Here:\n```python\n" + p["prompt"] +
-                            p["canonical_solution"] + "```\nDone.", "chat")
-          for p in problems[:40]]
-  wrong = [humaneval.program(p, "    return None\n", "base")
-           for p in problems[:20]]
-  outcomes = run_all(base + chat + wrong, limits, workers=2, first_slot=40)
+  right = [humaneval.program(p, p["canonical_solution"]) for p in problems]
+  # As a chat model writes it: the body, the closing fence, a remark.
+  fenced = [humaneval.program(p, p["canonical_solution"].rstrip("\n") +
+                              "\n```\nThis returns the result.")
+            for p in problems[:40]]
+  wrong = [humaneval.program(p, "    return None\n") for p in problems[:20]]
+  outcomes = run_all(right + fenced + wrong, limits, workers=2, first_slot=40)
   assert [o.status for o in outcomes[:164 + 40]] == ["passed"] * (164 + 40)
   assert not any(o.passed for o in outcomes[164 + 40:])
 
 
-def test_humaneval_extraction():
+def test_humaneval_prompts_and_cuts():
   p = {"prompt": "import math\n\n\ndef f(x):\n    \"\"\"doc\"\"\"\n",
        "entry_point": "f", "test": "def check(c):\n    assert c(2) == 3\n"}
-  body = humaneval.program(p, "    return x + 1\n\ndef g():\n  pass", "base")
-  assert body.startswith(p["prompt"] + "    return x + 1\n\n")
-  assert "def g" not in body
-  full = humaneval.program(p, "```python\ndef f(x):\n    return x + 1\n```",
-                           "chat")
-  assert full.startswith("import math\n\n\ndef f(x):\n    return x + 1\n")
-  no_block = humaneval.program(p, "    return x + 1", "chat")
-  assert no_block.startswith(p["prompt"] + "    return x + 1\n")
-  with pytest.raises(ValueError, match="style"):
-    humaneval.program(p, "", "json")
+  body = humaneval.program(p, "    return x + 1\n\ndef g():\n  pass")
+  assert body == (p["prompt"] + "    return x + 1\n\n\n" + p["test"] +
+                  "\n\ncheck(f)\n")
+  assert humaneval.cut("    return 1\n```\n") == "    return 1\n"
+  assert humaneval.cut("    if x:\n        return 1\n#c") == \
+      "    if x:\n        return 1\n"
+  assert humaneval.prompt_text(p) == p["prompt"]  # no model: the prompt
+  chat = types.SimpleNamespace(
+      vocab=types.SimpleNamespace(chat_template="{{ messages }}"),
+      chat_prompt=lambda user: f"<user>{user}</user><assistant>")
+  text = humaneval.prompt_text(p, chat)
+  assert text == (f"<user>{humaneval.REQUEST}\n\n```python\n"
+                  f"{p['prompt'].rstrip()}\n```</user><assistant>"
+                  f"```python\n{p['prompt']}")
