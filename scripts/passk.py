@@ -38,7 +38,7 @@ TASKS = {
     "words": dict(problems=16, group=64, repeats=2,
                   temperatures=(0.4, 0.8, 1.0), max_new_tokens=24),
     "humaneval": dict(problems=10, group=16, repeats=1, temperatures=(0.8,),
-                      max_new_tokens=128),
+                      max_new_tokens=192),
 }
 SANDBOX = Limits(wall_seconds=10, cpu_seconds=5, memory_bytes=1 << 30)
 
@@ -76,7 +76,7 @@ def measure(item):
   else:
     p = humaneval.load_problems()[problem]
     text, extra = humaneval.prompt_text(p, llm), []
-    chat = False  # prompt_text has applied the template
+    chat = False  # prompt_text applies the template
   start = time.perf_counter()
   out = group_rollouts(llm, text, cfg["group"], prompt_ids=[problem], seed=0,
                        step=repeat, scheme=SCHEMES[method], temperature=t,
@@ -90,8 +90,8 @@ def measure(item):
     rewards = [int(a == p["answer"]) for a in answers]
     reasons = []
   else:
-    outcomes = run_all([humaneval.program(p, x) for x in texts], SANDBOX,
-                       workers=2)
+    outcomes = run_all([humaneval.program(p, x, humaneval.is_chat(llm))
+                        for x in texts], SANDBOX, workers=2)
     answers = []
     rewards = [int(o.passed) for o in outcomes]
     reasons = [o.status for o in outcomes]

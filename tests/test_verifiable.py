@@ -108,10 +108,10 @@ def test_humaneval_canonical_solutions_pass_in_the_sandbox():
   assert len(problems) == 164
   limits = Limits(wall_seconds=10, cpu_seconds=5)
   right = [humaneval.program(p, p["canonical_solution"]) for p in problems]
-  # As a chat model writes it: the body, the closing fence, a remark.
-  fenced = [humaneval.program(p, p["canonical_solution"].rstrip("\n") +
-                              "\n```\nThis returns the result.")
-            for p in problems[:40]]
+  # As a chat model answers: the whole function in a fenced block.
+  fenced = [humaneval.program(p, "Here:\n```python\n" + p["prompt"] +
+                              p["canonical_solution"] + "```\nDone.",
+                              chat=True) for p in problems[:40]]
   wrong = [humaneval.program(p, "    return None\n") for p in problems[:20]]
   outcomes = run_all(right + fenced + wrong, limits, workers=2, first_slot=40)
   assert [o.status for o in outcomes[:164 + 40]] == ["passed"] * (164 + 40)
@@ -133,5 +133,9 @@ def test_humaneval_prompts_and_cuts():
       chat_prompt=lambda user: f"<user>{user}</user><assistant>")
   text = humaneval.prompt_text(p, chat)
   assert text == (f"<user>{humaneval.REQUEST}\n\n```python\n"
-                  f"{p['prompt'].rstrip()}\n```</user><assistant>"
-                  f"```python\n{p['prompt']}")
+                  f"{p['prompt'].rstrip()}\n```</user><assistant>")
+  full = humaneval.program(p, "```python\ndef f(x):\n    return x + 1\n```",
+                           chat=True)
+  assert full.startswith("import math\n\n\ndef f(x):\n    return x + 1\n")
+  body_only = humaneval.program(p, "    return x + 1", chat=True)
+  assert body_only.startswith(p["prompt"] + "    return x + 1\n")

@@ -4,15 +4,26 @@ prompts, code extraction and the program that tests a completion.
 The package's data file is read directly (its execution module is not
 used: every program runs in `arithmetic_apps.sandbox`).
 
-Both models continue the function: a base model (Gemma 3 270M, no chat
-template) continues the prompt itself; a chat model (SmolLM2) gets the
-request as its user turn and its answer already opened with a ```python
-fence and the prompt, so that it, too, writes the body (`prompt_text`).
-The continuation is cut at a closing fence or at the first new top-level
-statement (`STOPS`: `\ndef`, `\nclass`, `\nif`, `\nprint(`, `\n#`,
-`\nassert`, as in the Codex paper), and the program is prompt + body +
-the problem's `check` + `check(entry_point)`: exit status 0 is a pass.
+Two prompt styles, by whether the model has a chat template:
 
+  chat  (SmolLM2): the user asks "Complete this Python function. Reply with
+        the complete function in a ```python code block." followed by the
+        prompt; the answer's first fenced block (or the whole answer, if it
+        has none) is the code. Code that defines the entry point replaces
+        the prompt's stub (the prompt's imports and helpers are kept);
+        other code is taken as the body.
+  base  (Gemma 3 270M): the prompt itself is continued, and the
+        continuation is cut at the first new top-level statement (`STOPS`:
+        `\ndef`, `\nclass`, `\nif`, `\nprint(`, `\n#`, `\nassert`, as in
+        the Codex paper) or a fence.
+
+(Opening the chat answer with the prompt, so that the chat model writes
+only the body, was tried on problems 0-5: SmolLM2 then closed the fence at
+once in most samples.) The program is the solution + the problem's `check`
++ `check(entry_point)`: exit status 0 is a pass.
+
+  >>> extract_code("Sure!\n```python\ndef f(x):\n    return 1\n```\nDone")
+  'def f(x):\n    return 1\n'
   >>> cut("    return x\n```\nThis works.")
   '    return x\n'
   >>> cut("    return x\n\ndef g():\n    pass")
@@ -25,6 +36,7 @@ import gzip
 import importlib.util
 import json
 import os
+import re
 from typing import Dict, List
 
 STOPS = ("```", "\ndef ", "\nclass ", "\nif ", "\nprint(", "\n#", "\nassert ")
@@ -53,26 +65,46 @@ def load_problems() -> List[Dict]:
 
 REQUEST = ("Complete this Python function. Reply with the complete "
            "function in a ```python code block.")
+_BLOCK = re.compile(r"```(?:python|py|Python)?[ \t]*\n(.*?)(?:```|\Z)", re.S)
 
 
 def prompt_text(problem: Dict, llm=None) -> str:
-  """The text to continue: the problem's prompt, inside the model's chat
-  template (the user's request, then the answer opened with a ```python
-  fence and the prompt) when `llm` has one."""
-  if llm is None or not llm.vocab.chat_template:
+  """The text the model continues: the user's request in the model's chat
+  template (a chat model), else the problem's prompt."""
+  if not is_chat(llm):
     return problem["prompt"]
-  user = f"{REQUEST}\n\n```python\n{problem['prompt'].rstrip()}\n```"
-  return llm.chat_prompt(user) + "```python\n" + problem["prompt"]
+  return llm.chat_prompt(
+      f"{REQUEST}\n\n```python\n{problem['prompt'].rstrip()}\n```")
+
+
+def is_chat(llm) -> bool:
+  return llm is not None and bool(llm.vocab.chat_template)
 
 
 def cut(completion: str) -> str:
-  """The continuation up to a closing fence or a new top-level statement."""
+  """A base model's continuation up to a new top-level statement or fence."""
   ends = [completion.find(s) for s in STOPS if s in completion]
   text = completion[:min(ends)] if ends else completion
   return text if text.endswith("\n") else text + "\n"
 
 
-def program(problem: Dict, completion: str) -> str:
+def extract_code(answer: str) -> str:
+  """A chat answer's first fenced block, else the whole answer."""
+  match = _BLOCK.search(answer)
+  code = match.group(1) if match else answer
+  return code if code.endswith("\n") else code + "\n"
+
+
+def program(problem: Dict, completion: str, chat: bool = False) -> str:
   """The program that exits 0 iff the completion passes the tests."""
-  return (f"{problem['prompt']}{cut(completion)}\n\n{problem['test']}\n\n"
+  if chat:
+    code = extract_code(completion)
+    defines = re.search(rf"^def {re.escape(problem['entry_point'])}\s*\(",
+                        code, re.M)
+    prompt = problem["prompt"]
+    solution = (prompt[:prompt.rfind("\ndef ") + 1] + code if defines else
+                prompt + code)
+  else:
+    solution = problem["prompt"] + cut(completion)
+  return (f"{solution}\n\n{problem['test']}\n\n"
           f"check({problem['entry_point']})\n")
