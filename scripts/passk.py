@@ -35,7 +35,7 @@ MODELS = ("smollm2-135m", "gemma3-270m")
 SCHEMES = {"arithmetic": "shifted_lattice", "iid": "iid"}
 TASKS = {
     # task: problems, group size, repeats, temperatures, new tokens
-    "words": dict(problems=16, group=64, repeats=2,
+    "words": dict(problems=32, group=64, repeats=2,
                   temperatures=(0.4, 0.8, 1.0), max_new_tokens=24),
     "humaneval": dict(problems=10, group=16, repeats=1, temperatures=(0.8,),
                       max_new_tokens=192),
@@ -106,23 +106,38 @@ def measure(item):
 def summarize(records):
   """Per (task, model, T, method): pass@k from k-sets, the unbiased iid
   estimator, majority@k, duplicates, zero-advantage groups, group-mean
-  variance, time per completion."""
+  variance, time per completion. Only problems with every repeat of both
+  methods count (a partial run reports on what is complete, paired)."""
   groups = {}
   for r in records:
     groups.setdefault((r["task"], r["model"], r["temperature"], r["method"]),
                       []).append(r)
+  complete = {}
+  for (task, model, t, method), rs in groups.items():
+    reps = TASKS[task]["repeats"]
+    have = {}
+    for r in rs:
+      have.setdefault(r["problem"], set()).add(r["repeat"])
+    done = {p for p, got in have.items() if len(got) == reps}
+    key3 = (task, model, t)
+    complete[key3] = done if key3 not in complete else complete[key3] & done
   rows = []
   per_problem = {}
   for (task, model, t, method), rs in sorted(groups.items()):
     cfg = TASKS[task]
-    g, reps, n_p = cfg["group"], cfg["repeats"], cfg["problems"]
+    problems = sorted(complete[(task, model, t)])
+    index = {p: i for i, p in enumerate(problems)}
+    rs = [r for r in rs if r["problem"] in index]
+    g, reps, n_p = cfg["group"], cfg["repeats"], len(problems)
+    if not n_p:
+      continue
     rewards = np.zeros((n_p, reps, g))
     answers = np.empty((n_p, reps, g), object)
     texts = {}
     for r in rs:
-      rewards[r["problem"], r["repeat"]] = r["rewards"]
+      rewards[index[r["problem"]], r["repeat"]] = r["rewards"]
       if r["answers"]:
-        answers[r["problem"], r["repeat"]] = r["answers"]
+        answers[index[r["problem"]], r["repeat"]] = r["answers"]
       texts[(r["problem"], r["repeat"])] = r["texts"]
     ks = [k for k in (1, 2, 4, 8, 16, 32, 64) if k <= g]
     row = dict(task=task, model=model, temperature=t, method=method,
@@ -136,7 +151,7 @@ def summarize(records):
               flat.shape[1], int(f.sum()), k) for f in flat])) for k in ks}
     if task == "words":
       truths = [word_problems.make_problems(100, seed=0)[i]["answer"]
-                for i in range(n_p)]
+                for i in problems]
       row["majority_at_k"] = {k: est.bootstrap(est.majority_at_k_sets(
           answers, truths, k)) for k in ks}
     distinct = [len(set(x)) for x in texts.values()]
@@ -199,7 +214,8 @@ def report(rows, out):
       reach = est.samples_to_reach(curve_a, target)
       for k in ks:
         lines.append(
-            f"| {model} | {t} | {k} | {_fmt(r['pass_at_k'][k])} | "
+            f"| {model} ({r['problems']} problems) | {t} | {k} | "
+            f"{_fmt(r['pass_at_k'][k])} | "
             f"{_fmt(iid['pass_at_k'][k])} | "
             f"{_fmt(iid['pass_at_k_unbiased'][k])} | "
             f"{'' if k != ks[-1] else (f'{reach:.1f} vs {k}' if reach else 'not reached')} |")
