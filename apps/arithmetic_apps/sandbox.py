@@ -69,7 +69,8 @@ _WRITE = (_os.O_WRONLY | _os.O_RDWR | _os.O_CREAT | _os.O_TRUNC |
           _os.O_APPEND)
 _BLOCKED = ("socket.", "subprocess.", "os.exec", "os.fork", "os.posix_spawn",
             "os.spawn", "os.system", "ctypes.", "os.kill", "os.killpg",
-            "signal.pthread_kill", "os.setuid", "os.setgid")
+            "signal.pthread_kill", "os.setuid", "os.setgid",
+            "resource.setrlimit", "resource.prlimit")
 _PATHS = ("os.remove", "os.rmdir", "os.rename", "os.link", "os.symlink",
           "os.truncate", "os.mkdir", "os.chmod", "os.chown", "os.utime",
           "shutil.rmtree", "shutil.copyfile", "shutil.move")
@@ -177,21 +178,25 @@ def _command(limits: Limits, slot: int, mode: str, workdir: Optional[str]):
     return ["unshare", "--net", "--mount", "--pid", "--fork", "--kill-child",
             "--mount-proc", sys.executable, "-I", "-S", _CHILD,
             json.dumps(config)], None, None
-  import resource
-
-  def preexec():
-    for which, value in ((resource.RLIMIT_AS, limits.memory_bytes),
-                         (resource.RLIMIT_FSIZE, limits.file_bytes),
-                         (resource.RLIMIT_NOFILE, 64),
-                         (resource.RLIMIT_CORE, 0)):
-      resource.setrlimit(which, (int(value), int(value)))
-    cpu = int(limits.cpu_seconds)
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-
   env = {"PATH": "/usr/bin:/bin", "HOME": workdir, "LANG": "C.UTF-8",
          "PYTHONHASHSEED": "0"}
   return ([sys.executable, "-I", "-S", "-B", os.path.join(workdir, "prog.py")],
-          preexec, env)
+          None, env)
+
+
+def _limits_preamble(limits: Limits) -> str:
+  """The "rlimits" mode's first lines: the program lowers its own limits
+  (no preexec_fn: forking a threaded parent to run Python is unsafe), then
+  the audit hook forbids raising them again."""
+  cpu = int(limits.cpu_seconds)
+  return (
+      "import resource as _r\n"
+      f"_r.setrlimit(_r.RLIMIT_AS, ({int(limits.memory_bytes)},) * 2)\n"
+      f"_r.setrlimit(_r.RLIMIT_FSIZE, ({int(limits.file_bytes)},) * 2)\n"
+      "_r.setrlimit(_r.RLIMIT_NOFILE, (64, 64))\n"
+      "_r.setrlimit(_r.RLIMIT_CORE, (0, 0))\n"
+      f"_r.setrlimit(_r.RLIMIT_CPU, ({cpu}, {cpu + 1}))\n"
+      "del _r\n")
 
 
 def _status(returncode: int, output: str, timed_out: bool,
@@ -243,8 +248,8 @@ def run_python(source: str, limits: Limits = Limits(), slot: int = 0,
   if mode == "rlimits":
     workdir = tempfile.mkdtemp(prefix="sandbox-")
     with open(os.path.join(workdir, "prog.py"), "wb") as f:
-      f.write(_AUDIT_PREAMBLE.encode() + data)
-  command, preexec, env = _command(limits, slot, mode, workdir)
+      f.write((_limits_preamble(limits) + _AUDIT_PREAMBLE).encode() + data)
+  command, _, env = _command(limits, slot, mode, workdir)
   start = time.monotonic()
   kept = bytearray()
   too_much = threading.Event()
@@ -252,7 +257,7 @@ def run_python(source: str, limits: Limits = Limits(), slot: int = 0,
     proc = subprocess.Popen(
         command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, start_new_session=True, cwd=workdir or "/",
-        preexec_fn=preexec, env=env if env is not None else {"PATH":
+        env=env if env is not None else {"PATH":
                                                              os.defpath})
   except OSError as e:
     return Outcome(False, "error", f"could not start: {e}", "", 0.0, mode)
