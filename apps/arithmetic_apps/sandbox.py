@@ -177,11 +177,11 @@ def _command(limits: Limits, slot: int, mode: str, workdir: Optional[str]):
                   max_source_bytes=int(limits.max_source_bytes))
     return ["unshare", "--net", "--mount", "--pid", "--fork", "--kill-child",
             "--mount-proc", sys.executable, "-I", "-S", _CHILD,
-            json.dumps(config)], None, None
+            json.dumps(config)], None
   env = {"PATH": "/usr/bin:/bin", "HOME": workdir, "LANG": "C.UTF-8",
          "PYTHONHASHSEED": "0"}
   return ([sys.executable, "-I", "-S", "-B", os.path.join(workdir, "prog.py")],
-          None, env)
+          env)
 
 
 def _limits_preamble(limits: Limits) -> str:
@@ -249,7 +249,7 @@ def run_python(source: str, limits: Limits = Limits(), slot: int = 0,
     workdir = tempfile.mkdtemp(prefix="sandbox-")
     with open(os.path.join(workdir, "prog.py"), "wb") as f:
       f.write((_limits_preamble(limits) + _AUDIT_PREAMBLE).encode() + data)
-  command, _, env = _command(limits, slot, mode, workdir)
+  command, env = _command(limits, slot, mode, workdir)
   start = time.monotonic()
   kept = bytearray()
   too_much = threading.Event()
