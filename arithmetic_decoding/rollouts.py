@@ -297,14 +297,14 @@ def group_rollouts(llm, prompts: Union[str, Sequence[str]], group_size: int,
           method=Method.ARITHMETIC, num_samples=rows,
           length=batch.shape[1] + 1 + steps, max_new_tokens=steps, topk=topk,
           topp=topp, eos=stops, code_resolution=CODE_RESOLUTION)
-      launched.append((b, part, device, chat_text, ids_b, arrays))
+      launched.append((b, part, fill, device, chat_text, ids_b, arrays))
 
   tokens = np.zeros((len(texts), g, steps), np.int32)
   mask = np.zeros((len(texts), g, steps), bool)
   totals = np.zeros((len(texts), g), np.float32)
   finished = np.zeros((len(texts), g), bool)
   out_texts: List[List[str]] = [[""] * g for _ in texts]
-  for b, part, _, chat_text, ids_b, arrays in launched:
+  for b, part, _, _, chat_text, ids_b, arrays in launched:
     gen = llm_lib.collect(llm, Method.ARITHMETIC, chat_text, ids_b, steps,
                           arrays, stops)
     for j in part:
@@ -321,9 +321,8 @@ def group_rollouts(llm, prompts: Union[str, Sequence[str]], group_size: int,
   logps = None
   if token_log_probs:
     scored = []
-    for b, part, device, _, ids_b, _ in launched:
+    for b, part, fill, device, _, ids_b, _ in launched:
       prompt = ids_b[0]
-      fill = np.concatenate([part, np.full(rows - len(part), part[0])])
       length = -(-(len(prompt) + steps) // llm_lib.PROMPT_BUCKET)
       seqs = np.zeros((rows, length * llm_lib.PROMPT_BUCKET), np.int32)
       seqs[:, :len(prompt)] = prompt
