@@ -134,7 +134,7 @@ def default_key(decode_rng, seed=None):
 
 
 def validate(args: T5XArgs, chooser: Chooser, *, codes=None, targets=None,
-             seed=None, row_ids=None) -> DecodeCall:
+             seed=None, row_ids=None, cache_growth=None) -> DecodeCall:
   """Checks every argument (ValueError / TypeError naming it) -> DecodeCall.
 
   `targets` (int [B, N, L], encoding) sets N from its shape; otherwise N is
@@ -179,7 +179,9 @@ def validate(args: T5XArgs, chooser: Chooser, *, codes=None, targets=None,
       targets=targets,
       row_ids=validation.check_row_ids(row_ids, batch, num_decodes),
       fns=ModelFns(args.tokens_to_logits, args.state_callback_fn,
-                   args.logit_callback_fn),
+                   args.logit_callback_fn,
+                   validation.check_cache_growth(cache_growth,
+                                                 initial_index)),
       options=options)
 
 

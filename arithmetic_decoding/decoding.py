@@ -25,7 +25,8 @@ from arithmetic_decoding.calls import DecodeCall, T5XArgs, jit_or_trace, validat
 from arithmetic_decoding.categorical import CODE_RESOLUTION
 from arithmetic_decoding.choosers import Ancestral, Arithmetic
 from arithmetic_decoding.codes import CodeScheme, SchemeLike
-from arithmetic_decoding.loop import LogitCallbackFn, StateCallbackFn, TokensToLogits
+from arithmetic_decoding.loop import (CacheGrowth, LogitCallbackFn,
+                                     StateCallbackFn, TokensToLogits)
 from arithmetic_decoding.rows import decode_rows, sort_samples
 
 
@@ -66,6 +67,7 @@ def arithmetic_sample(
     return_codes: bool = False,
     seed: Optional[int] = None,
     row_ids: Optional[jax.Array] = None,
+    cache_growth: Optional[CacheGrowth] = None,
 ):
   """Arithmetic sampling with the signature, defaults and returns of T5X's
   `decoding.temperature_sample`.
@@ -114,6 +116,10 @@ def arithmetic_sample(
       global row index b*N + j. With ids that name the sample rather than
       its place (`rollouts.noise_ids`), a (code, id) pair decodes to the
       same tokens in any batch.
+    cache_growth: keyword-only; decode over a cache that grows with the
+      rows (`loop.CacheGrowth`, e.g. `EncoderDecoderModel.cache_growth()`):
+      the same samples, less attention over empty slots. None: the cache
+      as given at every step.
 
   Returns:
     decodes: int32 [B, N, L], each input's samples sorted by increasing
@@ -131,7 +137,7 @@ def arithmetic_sample(
   chooser = Arithmetic(validation.check_code_resolution(code_resolution),
                        code_scheme)
   call = validate(T5XArgs.of(locals()), chooser, codes=codes, seed=seed,
-                  row_ids=row_ids)
+                  row_ids=row_ids, cache_growth=cache_growth)
   decodes, log_probs, sorted_codes = jit_or_trace(sample_core,
                                                   _sample_core_jit, call)
   if return_codes:
@@ -158,6 +164,7 @@ def ancestral_sample(
     logit_callback_fn: Optional[LogitCallbackFn] = None,
     *,
     seed: Optional[int] = None,
+    cache_growth: Optional[CacheGrowth] = None,
 ):
   """Ordinary ancestral sampling in the same loop: T5X's `temperature_sample`.
 
@@ -167,8 +174,9 @@ def ancestral_sample(
   T5X: every row draws from its own key, `fold_in(step_key, row)`
   (`choosers.row_keys`), where T5X draws the whole batch from one step key, so a
   row's sample does not depend on the batch or on the sharding around it.
-  The baseline that arithmetic sampling is measured against. `seed`
-  (keyword-only) is folded into the key, as in `arithmetic_sample`.
+  The baseline that arithmetic sampling is measured against. `seed` and
+  `cache_growth` (keyword-only) are as in `arithmetic_sample`.
   """
-  call = validate(T5XArgs.of(locals()), Ancestral(), seed=seed)
+  call = validate(T5XArgs.of(locals()), Ancestral(), seed=seed,
+                  cache_growth=cache_growth)
   return jit_or_trace(sample_core, _sample_core_jit, call)[:2]

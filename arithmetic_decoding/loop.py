@@ -88,6 +88,46 @@ class DecodeOptions:
 
 
 @dataclasses.dataclass(frozen=True)
+class CacheGrowth:
+  """Decode over a cache that grows as the rows advance (static).
+
+  A step's attention reads every slot of the cache, so a 160-slot cache
+  costs 160 slots a step from the first token on. With a `CacheGrowth` the
+  loop runs in segments: it starts with the fewest multiples of `slots`
+  that hold the prompts, runs until all rows end or a row that is still
+  decoding reaches the end of the cache, then pads the cache by `slots`
+  more (`resize`) and goes on, up to the cache's full size. The slots not
+  yet written are masked out of attention, so a model whose attention
+  sums exactly-zero weights of masked slots computes the same logits, bit
+  for bit, at any cache size. On XLA:CPU the encoder-decoder does for
+  multiples of 32 slots and 32 rows or more (fewer rows get a different
+  dot kernel at small sizes), hence `min_rows`; `tests/test_throughput.py`
+  checks it.
+
+  Example: a 160-slot cache with `slots=32` decodes steps 0-31 over 32
+  slots, 32-63 over 64, ..., stopping early when every row has ended.
+
+  Attributes:
+    slots: slots added per segment (and the first segment's size).
+    resize: (cache, slots) -> the cache with that many slots, its written
+      entries kept and new ones zero (the model's `resize_cache`).
+    size_of: cache -> its number of slots (the full size to grow to).
+    min_rows: decodes of fewer rows use the full cache at every step.
+  """
+
+  slots: int
+  resize: Callable[[PyTree, int], PyTree]
+  size_of: Callable[[PyTree], int]
+  min_rows: int = 0
+
+  def __post_init__(self):
+    if (isinstance(self.slots, bool) or not isinstance(self.slots, int)
+        or self.slots < 1):
+      raise ValueError(f"CacheGrowth.slots must be an int >= 1; got "
+                       f"{self.slots!r}.")
+
+
+@dataclasses.dataclass(frozen=True)
 class ModelFns:
   """The model side of a decode (static: compiled in, keyed by identity).
 
@@ -96,11 +136,14 @@ class ModelFns:
     state_callback_fn: (SamplingLoopState) -> SamplingLoopState, run at the
       start of every step and once after the loop, or None.
     logit_callback_fn: (logits [R, V], SamplingLoopState) -> logits, or None.
+    cache_growth: decode in segments over a growing cache (`CacheGrowth`),
+      or None (the cache as given, every step).
   """
 
   tokens_to_logits: TokensToLogits
   state_callback_fn: Optional[StateCallbackFn] = None
   logit_callback_fn: Optional[LogitCallbackFn] = None
+  cache_growth: Optional[CacheGrowth] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -231,7 +274,32 @@ def run_loop(state: SamplingLoopState, inputs: LoopInputs, fns: ModelFns,
         chooser_state=jax.tree_util.tree_map(keep, choice.state,
                                              state.chooser_state))
 
-  final = lax.while_loop(cond_fn, body_fn, state)
+  growth = fns.cache_growth
+  if growth is None or state.cur_index.shape[0] < growth.min_rows:
+    final = lax.while_loop(cond_fn, body_fn, state)
+  elif options.expand_cache_index:
+    raise ValueError("cache_growth decodes from an empty cache; it cannot "
+                     "continue a prefilled one (initial_index).")
+  else:
+    final = _grow_and_run(state, cond_fn, body_fn, fns.cache_growth)
   if fns.state_callback_fn is not None:
     final = fns.state_callback_fn(final)
   return final
+
+
+def _grow_and_run(state: SamplingLoopState, cond_fn, body_fn,
+                  growth: CacheGrowth) -> SamplingLoopState:
+  """`lax.while_loop(cond_fn, body_fn, state)` in segments over a growing
+  cache (`CacheGrowth`), up to the cache's full size. Decoding starts at
+  slot 0 (no prefilled cache), so a segment's cache holds all that was
+  written before it."""
+  full = growth.size_of(state.cache)
+  for size in list(range(growth.slots, full, growth.slots)) + [full]:
+    def segment_cond(s, size=size):
+      # [R] -> []: the furthest slot a row still decoding writes next.
+      furthest = jnp.max(jnp.where(s.ended[:, 0], -1, s.cur_index))
+      return cond_fn(s) & (furthest < size)
+
+    state = lax.while_loop(segment_cond, body_fn, state.replace(
+        cache=growth.resize(state.cache, size)))
+  return state

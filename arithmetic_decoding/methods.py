@@ -100,7 +100,7 @@ class Method(enum.Enum):
              code_resolution: float = CODE_RESOLUTION,
              max_decode_steps=None, initial_index=None, cache_offset: int = 0,
              return_codes: bool = False,
-             row_ids=None) -> Tuple[jax.Array, ...]:
+             row_ids=None, cache_growth=None) -> Tuple[jax.Array, ...]:
     """(decodes int32 [B, N, L], scores float32 [B, N]) by this method,
     and the codes [B, N] with `return_codes` (zeros but for arithmetic
     sampling's; beam search has none).
@@ -109,20 +109,22 @@ class Method(enum.Enum):
     uses the ones that apply to it (`alpha` beam search only; `codes`,
     `code_scheme`, `code_resolution`, `row_ids` arithmetic only; GREEDY
     decodes at temperature 0, ignoring `temperature`, `topk` and `topp`). Beam search
-    takes one `eos_id` and no `max_decode_steps`.
+    takes one `eos_id` and no `max_decode_steps` or `cache_growth`.
     """
-    common = dict(num_decodes=num_decodes, cache_offset=cache_offset,
-                  initial_index=initial_index,
-                  max_decode_steps=max_decode_steps)
     if self is Method.BEAM:
       if max_decode_steps is not None:
         raise ValueError("beam search takes no max_decode_steps.")
+      if cache_growth is not None:
+        raise ValueError("beam search takes no cache_growth.")
       if return_codes:
         raise ValueError("beam search has no codes (return_codes=False).")
       return beam_search(inputs, cache, tokens_to_logits, eos_id,
                          num_decodes=num_decodes, alpha=alpha,
                          cache_offset=cache_offset,
                          initial_index=initial_index)
+    common = dict(num_decodes=num_decodes, cache_offset=cache_offset,
+                  initial_index=initial_index,
+                  max_decode_steps=max_decode_steps, cache_growth=cache_growth)
     if self is Method.ARITHMETIC:
       return arithmetic_sample(inputs, cache, tokens_to_logits, eos_id, rng,
                                temperature=temperature, topk=topk, topp=topp,

@@ -304,3 +304,18 @@ def check_alpha(alpha) -> float:
       not 0.0 <= float(alpha) < float("inf")):
     raise ValueError(f"alpha must be a finite float >= 0; got {alpha!r}.")
   return float(alpha)
+
+
+def check_cache_growth(cache_growth: Any, initial_index: Any):
+  """None, or a `loop.CacheGrowth` for a decode that starts from an empty
+  cache (no `initial_index`)."""
+  if cache_growth is None:
+    return None
+  from arithmetic_decoding.loop import CacheGrowth  # pylint: disable=g-import-not-at-top
+  if not isinstance(cache_growth, CacheGrowth):
+    raise TypeError(f"cache_growth must be a loop.CacheGrowth or None; got "
+                    f"{type(cache_growth).__name__}.")
+  if initial_index is not None:
+    raise ValueError("cache_growth decodes from an empty cache; it cannot "
+                     "continue a prefilled one (initial_index).")
+  return cache_growth

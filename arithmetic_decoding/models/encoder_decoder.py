@@ -51,7 +51,8 @@ import jax
 import jax.numpy as jnp
 
 from arithmetic_decoding import validation
-from arithmetic_decoding.models.config import T5Config
+from arithmetic_decoding.loop import CacheGrowth
+from arithmetic_decoding.models.config import T5Config, preset
 from arithmetic_decoding.models.t5 import T5, constrain
 from arithmetic_decoding.protocol import (DecodingState, expand_cache,
                                           expand_rows)
@@ -92,11 +93,39 @@ def group_size(num_decodes: int, rows: int) -> int:
 
 
 def init_cache(config: T5Config, batch: int, length: int) -> Dict[str, Any]:
-  """Zeros: {"layer_i": {"key", "value": [batch, length, H, K]}}."""
-  shape = (batch, length, config.num_heads, config.d_kv)
+  """Zeros: {"layer_i": {"key", "value": [batch, H, K, length]}}."""
+  shape = (batch, config.num_heads, config.d_kv, length)
   zeros = jnp.zeros(shape, config.activation_dtype)
   return {f"layer_{i}": {"key": zeros, "value": zeros}
           for i in range(config.num_decoder_layers)}
+
+
+def cache_slots(cache: Dict[str, Any]) -> int:
+  """The number of slots of an `init_cache` cache."""
+  return cache["layer_0"]["key"].shape[-1]
+
+
+def resize_cache(cache: Dict[str, Any], slots: int) -> Dict[str, Any]:
+  """The cache with `slots` slots: cut, or padded with zeros (empty slots).
+
+  >>> cache = init_cache(preset("tiny"), batch=2, length=4)
+  >>> cache_slots(resize_cache(cache, 8)), cache_slots(resize_cache(cache, 2))
+  (8, 2)
+  """
+  def resize(x):
+    have = x.shape[-1]
+    if slots <= have:
+      return x[..., :slots]
+    return jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, slots - have)])
+  return jax.tree_util.tree_map(resize, cache)
+
+
+# `EncoderDecoderModel.cache_growth`: 32 slots a segment, from 64 rows up,
+# keep the decoder's logits bit for bit those over the full cache on
+# XLA:CPU (below 32 rows its attention dots take another kernel and the
+# last bits move; `tests/test_throughput.py`).
+CACHE_GROWTH_SLOTS = 32
+CACHE_GROWTH_MIN_ROWS = 64
 
 
 class EncoderDecoderModel:
@@ -150,6 +179,13 @@ class EncoderDecoderModel:
     """Teacher-forced logits [B, T, V]."""
     return self.module.apply({"params": params}, encoder_tokens,
                              decoder_input_tokens)
+
+  def cache_growth(self, slots: int = CACHE_GROWTH_SLOTS) -> CacheGrowth:
+    """Decode over a cache grown by `slots` slots at a time (pass it as
+    `cache_growth` to the decode functions): the same samples, attention
+    over the slots written so far instead of all `max_decode_len`."""
+    return CacheGrowth(slots, resize_cache, cache_slots,
+                       min_rows=CACHE_GROWTH_MIN_ROWS)
 
   def decode_start(self, params, encoder_tokens, max_decode_len: int):
     """Everything decoding needs per input, before the N-fold expansion.

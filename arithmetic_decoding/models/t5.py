@@ -16,7 +16,7 @@ context (set by `sharding`), and are plain identities elsewhere.
 
 The decode cache is an explicit pytree, batch at axis 0:
 
-  {"layer_0": {"key": [B, T, H, K], "value": [B, T, H, K]}, ...}
+  {"layer_0": {"key": [B, H, K, T], "value": [B, H, K, T]}, ...}
 
 written at each row's `cur_index` (so rows may sit at different positions, as
 they do after T5X's `initial_index`). Cross-attention keys and values are
@@ -39,8 +39,8 @@ import jax.numpy as jnp
 
 from arithmetic_decoding.models.config import T5Config
 
-# Logical axes of the decode cache's key/value arrays [B, T, H, K].
-CACHE_AXES = ("cache_batch", "cache_length", "cache_heads", "cache_kv")
+# Logical axes of the decode cache's key/value arrays [B, H, K, T].
+CACHE_AXES = ("cache_batch", "cache_heads", "cache_kv", "cache_length")
 # Added to masked attention logits (finite, so a fully masked row stays NaN-free).
 _MASK = -1e10
 
@@ -159,15 +159,23 @@ class Attention(nn.Module):
   def project_kv(self, x):
     return self._project(x, self.key), self._project(x, self.value)
 
-  def __call__(self, x, keys, values, bias):
-    """x [B, Tq, D]; keys, values [B, Tk, H, K]; bias [B, H or 1, Tq, Tk]."""
+  def __call__(self, x, keys, values, bias, cached: bool = False):
+    """x [B, Tq, D]; keys, values [B, Tk, H, K], or the decode cache's
+    [B, H, K, Tk] (`cached`); bias [B, H or 1, Tq, Tk].
+
+    Both layouts run the same dot products: XLA computes the [B, Tk, H, K]
+    form by first copying keys and values to [B, H, K, Tk], which the cache
+    layout stores directly (no copy of the cache per step).
+    """
     dt = self.config.activation_dtype
     q = self._project(x, self.query)
-    # [B, Tq, H, K] x [B, Tk, H, K] -> [B, H, Tq, Tk]
-    logits = jnp.einsum("bqhk,bthk->bhqt", q, keys).astype(jnp.float32)
+    # [B, Tq, H, K] x keys -> [B, H, Tq, Tk]
+    logits = jnp.einsum("bqhk,bhkt->bhqt" if cached else "bqhk,bthk->bhqt",
+                        q, keys).astype(jnp.float32)
     weights = jax.nn.softmax(logits + bias.astype(jnp.float32), axis=-1)
-    # [B, H, Tq, Tk] x [B, Tk, H, K] -> [B, Tq, H, K]
-    mixed = jnp.einsum("bhqt,bthk->bqhk", weights.astype(dt), values)
+    # [B, H, Tq, Tk] x values -> [B, Tq, H, K]
+    mixed = jnp.einsum("bhqt,bhkt->bqhk" if cached else "bhqt,bthk->bqhk",
+                       weights.astype(dt), values)
     mixed = constrain(mixed, ("batch", "length", "heads", "kv"))
     batch, length = mixed.shape[:2]
     # [B*Tq, H*K] x [H*K, D] -> [B, Tq, D] (a 2-D matmul, as in _project).
@@ -233,7 +241,7 @@ class DecoderLayer(nn.Module):
 
   def __call__(self, x, self_bias, cross, cross_bias, cache=None,
                write_at=None):
-    """x [B, T, D] (T = 1 with a cache); write_at bool [B, Tcache].
+    """x [B, T, D] (T = 1 with a cache); write_at int [B]: each row's slot.
 
     `cross` is either the encoded input [B, S, D] (its keys and values are
     projected here, at every call, as T5X does) or this layer's projected
@@ -245,14 +253,18 @@ class DecoderLayer(nn.Module):
     keys, values = self.self_attention.project_kv(h)
     new_cache = None
     if cache is not None:
-      # Write this step's key/value at each row's position: [B, 1, H, K] into
-      # [B, Tcache, H, K] where write_at [B, Tcache] is one-hot.
-      where = write_at[:, :, None, None]
-      keys = jnp.where(where, keys, cache["key"])
-      values = jnp.where(where, values, cache["value"])
+      # Write this step's key/value [B, 1, H, K] at each row's slot
+      # write_at [B] of the cache [B, H, K, Tcache]: a scatter of B columns,
+      # in place in the decode loop (a select would rewrite the whole cache).
+      rows = jnp.arange(keys.shape[0])
+      keys = cache["key"].at[rows, :, :, write_at].set(keys[:, 0],
+                                                      mode="drop")
+      values = cache["value"].at[rows, :, :, write_at].set(values[:, 0],
+                                                          mode="drop")
       keys, values = constrain(keys, CACHE_AXES), constrain(values, CACHE_AXES)
       new_cache = {"key": keys, "value": values}
-    x = x + self.self_attention(h, keys, values, self_bias)
+    x = x + self.self_attention(h, keys, values, self_bias,
+                                cached=cache is not None)
     h = self.pre_cross_attention_norm(x)
     if isinstance(cross, Mapping):
       x = x + _grouped_attention(self.cross_attention, h, cross, cross_bias)
@@ -368,9 +380,8 @@ class T5(nn.Module):
     Returns logits [B, V] for the next position and the updated cache.
     """
     cur_index = jnp.broadcast_to(cur_index, cur_token.shape[:1])  # [B]
-    length = cache["layer_0"]["key"].shape[1]
+    length = cache["layer_0"]["key"].shape[-1]
     slots = jnp.arange(length)
-    write_at = slots[None, :] == cur_index[:, None]  # [B, Tcache]
     visible = slots[None, :] <= cur_index[:, None]  # [B, Tcache]
     self_bias = (self.decoder_relpos(cur_index[:, None], slots) +
                  jnp.where(visible, 0.0, _MASK)[:, None, None, :])
@@ -381,7 +392,7 @@ class T5(nn.Module):
       name = f"layer_{i}"
       layer_cross = cross[name] if isinstance(cross, Mapping) else cross
       x, new_cache[name] = layer(x, self_bias, layer_cross, cross_bias,
-                                 cache=cache[name], write_at=write_at)
+                                 cache=cache[name], write_at=cur_index)
     return self._logits(x)[:, 0, :], new_cache
 
   def __call__(self, encoder_tokens, decoder_input_tokens):

@@ -38,27 +38,38 @@ PyTree = Any
 # One compiled program per static configuration (the model object, method,
 # N, length, code scheme, alpha) and input shape; parameters are arguments.
 @functools.partial(jax.jit, static_argnames=(
-    "model", "method", "num_decodes", "length", "code_scheme", "alpha"))
+    "model", "method", "num_decodes", "length", "code_scheme", "alpha",
+    "grow_cache"))
 def _decode(params, tokens, key, temperature, codes, *,
             model: EncoderDecoderModel, method: Method, num_decodes: int,
             length: int, code_scheme: CodeScheme = CodeScheme.SHIFTED_LATTICE,
-            alpha: float = 0.6):
-  """-> (tokens int32 [B, N, length], scores float32 [B, N]), ascending."""
+            alpha: float = 0.6, grow_cache: bool = True):
+  """-> (tokens int32 [B, N, length], scores float32 [B, N]), ascending,
+  and for the sampling methods each sample's code [B, N] (zeros for
+  ancestral sampling).
+
+  The loop methods decode over a growing cache (`model.cache_growth()`):
+  the same tokens and scores as over the full cache, bit for bit."""
   inputs, cache, step = model.decode_inputs(params, tokens, length,
                                             num_decodes)
+  growth = (model.cache_growth() if grow_cache and method is not Method.BEAM
+            else None)
   return method.decode(inputs, cache, step, EOS_ID, key,
                        num_decodes=num_decodes, temperature=temperature,
                        topk=0, codes=codes, code_scheme=code_scheme,
-                       alpha=alpha)
+                       alpha=alpha, cache_growth=growth,
+                       return_codes=method in Method.sampling())
 
 
 @dataclasses.dataclass(frozen=True)
 class Sample:
-  """One decoded translation: its text, tokens and log-probability."""
+  """One decoded translation: its text, tokens and log-probability, and
+  the code it was decoded from (arithmetic sampling; None otherwise)."""
 
   text: str
   tokens: tuple
   log_prob: float
+  code: Optional[float] = None
 
 
 def _round_up(n: int, multiple: int) -> int:
@@ -94,13 +105,15 @@ class Translator:
     return jnp.asarray(self.tokenizer.encode_batch(texts,
                                                    _round_up(length, 32)))
 
-  def _texts(self, tokens: np.ndarray, scores: np.ndarray
-             ) -> List[List[Sample]]:
-    """[B, N, L] tokens, [B, N] scores -> samples, best first per input."""
+  def _texts(self, tokens: np.ndarray, scores: np.ndarray,
+             codes: Optional[np.ndarray] = None) -> List[List[Sample]]:
+    """[B, N, L] tokens, [B, N] scores (and codes) -> samples, best first
+    per input."""
     out = []
-    for row_tokens, row_scores in zip(tokens, scores):
+    for b, (row_tokens, row_scores) in enumerate(zip(tokens, scores)):
       row = [Sample(self.tokenizer.decode(t), tuple(int(x) for x in t),
-                    float(s)) for t, s in zip(row_tokens, row_scores)]
+                    float(s), None if codes is None else float(codes[b, j]))
+             for j, (t, s) in enumerate(zip(row_tokens, row_scores))]
       out.append(row[::-1])  # the decode functions sort ascending
     return out
 
@@ -113,18 +126,21 @@ class Translator:
     """N samples per text (best first), by arithmetic or ancestral sampling.
 
     `codes` [B, N] (arithmetic only) decodes given codes; otherwise they are
-    made from `key` with `code_scheme`.
+    made from `key` with `code_scheme`. Arithmetic samples carry their code
+    (`Sample.code`).
     """
     method = Method.of(method)
     if method not in Method.sampling():
       raise ValueError(f"method must be one of "
                        f"{[m.value for m in Method.sampling()]}; got "
                        f"{method.value!r}.")
-    tokens, scores = _decode(
+    tokens, scores, codes = _decode(
         self.params, self.encode(texts), key, jnp.float32(temperature), codes,
         model=self.model, method=method, num_decodes=num_decodes,
         length=self.max_decode_len, code_scheme=CodeScheme(code_scheme))
-    return self._texts(np.asarray(tokens), np.asarray(scores))
+    return self._texts(np.asarray(tokens), np.asarray(scores),
+                       np.asarray(codes) if method is Method.ARITHMETIC
+                       else None)
 
   def beam(self, texts: Sequence[str], beams: int = 4,
            alpha: float = 0.6) -> List[List[Sample]]:
