@@ -22,15 +22,17 @@ bigger `Budget` where there is more compute.
 from __future__ import annotations
 
 import dataclasses
+import zlib
 from typing import Dict, List, Sequence, Tuple
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from arithmetic_apps.metrics import SampleSetStats, macro_average, sentence_bleu
 from arithmetic_decoding.methods import Method
 from arithmetic_apps.translation.data import Verse
-from arithmetic_apps.translation.translate import Translator
+from arithmetic_apps.translation.translate import Sample, Translator
 
 METHODS = tuple(m.value for m in Method.sampling())
 
@@ -162,3 +164,204 @@ def run_plan(path: str, runs: Sequence, key_of, run_one, *, report_only: bool,
   translator = Translator.load()
   return jsonl.run_missing(path, runs, key_of,
                            lambda run: run_one(translator, run), desc)
+
+
+# --- The paper's power: nested sample sets -------------------------------
+#
+# Fig. 4 at the paper's size (100 verses x 100 repeats x N = 2 ... 64) costs
+# 126 samples per repeat when every N is drawn afresh. `nested_samples`
+# draws 64 once and takes each smaller N from them, exactly:
+#
+# * arithmetic: the 64 codes are a shifted lattice (i + u) / 64; for N | 64
+#   the codes i = j, j + 64/N, j + 2*64/N, ... are k/N + (j + u)/64, a
+#   lattice of N points whose shift (j + u)/64 is uniform on [0, 1/N) when
+#   j is uniform on 0 ... 64/N - 1 (drawn per repeat, independently of the
+#   samples): an exact shifted lattice of N codes.
+# * i.i.d. (the baseline): N of the 64 i.i.d. samples at positions drawn
+#   uniformly without replacement, independently of the samples: N i.i.d.
+#   samples.
+#
+# The i.i.d. baseline decodes one independent uniform code per sample
+# (`IID`): inverse-CDF ancestral sampling, the same distribution as
+# `Method.ANCESTRAL`'s Gumbel-max draws (its per-row random bits for the
+# whole vocabulary at every step cost it 2x the time here) and the same
+# decoder as the lattice, so the two differ in their codes only.
+#
+# Each N's R estimates are then R independent draws of that N's estimator,
+# as in the paper; estimates of different N in one repeat share samples,
+# which correlates the curves' noise across N but leaves every N's standard
+# deviation an honest one.
+
+
+def lattice(shifts: np.ndarray, n: int) -> np.ndarray:
+  """Shifted lattices (i + u) / n, i < n, ascending: shifts [R] -> float32
+  codes [R, n] in [0, 1).
+
+  >>> lattice(np.array([0.5]), 4).tolist()
+  [[0.125, 0.375, 0.625, 0.875]]
+  """
+  codes = (np.arange(n)[None, :] + np.asarray(shifts, np.float64)[:, None]) / n
+  return np.minimum(codes, np.nextafter(np.float32(1), np.float32(0))
+                    ).astype(np.float32)
+
+
+def sub_lattice(n_max: int, n: int, offset: int) -> np.ndarray:
+  """Positions offset, offset + n_max/n, ... of a lattice of n_max codes.
+
+  >>> sub_lattice(8, 2, 1).tolist()
+  [1, 5]
+  """
+  if n_max % n:
+    raise ValueError(f"n must divide {n_max}; got {n}.")
+  return offset + np.arange(n) * (n_max // n)
+
+
+IID = "iid"
+NESTED_METHODS = (Method.ARITHMETIC.value, IID)
+
+
+def subset_positions(method: str, n_max: int, n: int,
+                     rng: np.random.Generator) -> np.ndarray:
+  """The positions (in lattice order, or any order for i.i.d. samples) of
+  one N-sample set drawn from n_max (see the comment above)."""
+  if method == Method.ARITHMETIC.value:
+    return sub_lattice(n_max, n, int(rng.integers(0, n_max // n)))
+  return np.sort(rng.choice(n_max, n, replace=False))
+
+
+def nested_samples(translator: Translator, sources: Sequence[str],
+                   n_max: int, temperature: float, method: str,
+                   key: jax.Array, max_rows: int) -> List[List[Sample]]:
+  """n_max samples per source, in code order: arithmetic sampling of the
+  source's lattice (i + u) / n_max, i = 0 ... n_max - 1, u from `key`; or
+  (`IID`) of n_max independent uniform codes; or ancestral sampling
+  (`Method.ANCESTRAL`, the decoder's order). Calls of <= max_rows rows."""
+  per_call = max(1, max_rows // n_max)
+  code_key = jax.random.fold_in(key, 2**30)
+  if method == IID:
+    uniforms = np.asarray(jax.random.uniform(code_key, (len(sources), n_max)))
+  else:
+    uniforms = np.asarray(jax.random.uniform(code_key, (len(sources),)),
+                          np.float64)
+  out: List[List[Sample]] = []
+  for i, start in enumerate(range(0, len(sources), per_call)):
+    chunk = list(sources[start:start + per_call])
+    call_key = jax.random.fold_in(key, i)
+    if method in NESTED_METHODS:
+      part = uniforms[start:start + len(chunk)]
+      codes = (lattice(part, n_max) if method != IID else
+               np.minimum(part, np.nextafter(np.float32(1), np.float32(0))
+                          ).astype(np.float32))
+      rows = translator.sample(chunk, n_max, temperature, call_key,
+                               Method.ARITHMETIC, codes=jnp.asarray(codes))
+      for lattice_codes, row in zip(codes, rows):
+        at = {float(c): j for j, c in enumerate(lattice_codes)}
+        ordered = [None] * n_max
+        for sample in row:
+          ordered[at[sample.code]] = sample
+        out.append(ordered)
+    else:
+      out.extend(translator.sample(chunk, n_max, temperature, call_key,
+                                   method))
+  return out
+
+
+def generated_tokens(rows: Sequence[Sequence[Sample]]) -> int:
+  """Tokens the decoder generated for these samples, EOS included (the
+  padding after it excluded)."""
+  return sum(int(np.count_nonzero(s.tokens)) for row in rows for s in row)
+
+
+def stratified_depth(translator: Translator, source: str,
+                     samples: Sequence[Sample], temperature: float,
+                     ns: Sequence[int]) -> Dict[int, float]:
+  """How many leading tokens a lattice of N codes stratifies, per N.
+
+  A prefix of probability p >= 1/N (under the tempered distribution the
+  samples are drawn from) holds floor(Np) or ceil(Np) of the N lattice
+  codes: the lattice spreads its samples over such prefixes exactly in
+  proportion. Past the first token whose prefix falls below 1/N each code
+  is alone in its interval and continues like an independent sample. For
+  each sample the number of tokens before that point is its stratified
+  depth; returns the mean over `samples` for each N.
+  """
+  tokens = np.array([s.tokens for s in samples])  # [M, L]
+  length = int(max(1, np.count_nonzero(tokens, axis=1).max()))
+  tokens = jnp.asarray(tokens[:, :length])
+  decoder_inputs = jnp.pad(tokens[:, :-1], ((0, 0), (1, 0)))  # BOS 0 first
+  enc = jnp.repeat(translator.encode([source]), len(samples), axis=0)
+  logits = translator.model.logits(translator.params, enc, decoder_inputs)
+  log_probs = jax.nn.log_softmax(logits / temperature, axis=-1)  # [M, L, V]
+  picked = jnp.take_along_axis(log_probs, tokens[..., None], axis=-1)[..., 0]
+  live = tokens != 0
+  prefix = np.asarray(jnp.cumsum(jnp.where(live, picked, 0.0), axis=1))
+  live = np.asarray(live)
+  return {n: round(float(np.mean(np.sum(live & (prefix >= -np.log(n)),
+                                         axis=1))), 3) for n in ns}
+
+
+class BleuMemo:
+  """Sentence BLEU of texts against one verse's references, each distinct
+  text scored once (low temperatures repeat the same few texts)."""
+
+  def __init__(self, references: Sequence[str]):
+    self.references = list(references)
+    self.scores: Dict[str, float] = {}
+
+  def __call__(self, text: str) -> float:
+    if text not in self.scores:
+      self.scores[text] = sentence_bleu(text, self.references)
+    return self.scores[text]
+
+
+def nested_estimator_runs(translator: Translator, verse: Verse,
+                          ns: Sequence[int], temperature: float, method: str,
+                          repeats: int, key: jax.Array,
+                          max_rows: int) -> Dict:
+  """Figs. 3-4 for one (verse, T, method): R estimates of the verse's
+  expected sentence BLEU for every N in `ns`, from R sets of max(ns)
+  samples (`nested_samples`; every N must divide max(ns)).
+
+  Returns {"estimates": {N: [R floats]}, "distinct": {N: mean distinct
+  samples per set}, "tokens": generated tokens, "texts": distinct texts,
+  "stratified_depth": {N: mean over repeat 0's samples}}.
+  """
+  n_max = max(ns)
+  samples = nested_samples(translator, [verse.source] * repeats, n_max,
+                           temperature, method, key, max_rows)
+  texts = [[s.text for s in row] for row in samples]
+  bleu = BleuMemo(verse.references)
+  values = np.array([[bleu(t) for t in row] for row in texts])  # [R, n_max]
+  rng = np.random.default_rng(np.asarray(key).tolist())
+  estimates, distinct = {}, {}
+  for n in ns:
+    picks = [subset_positions(method, n_max, n, rng) for _ in range(repeats)]
+    estimates[n] = [round(float(values[r, p].mean()), 4)
+                    for r, p in enumerate(picks)]
+    distinct[n] = float(np.mean([len({texts[r][j] for j in p})
+                                 for r, p in enumerate(picks)]))
+  return {"estimates": estimates, "distinct": distinct,
+          "tokens": generated_tokens(samples), "texts": len(bleu.scores),
+          "stratified_depth": stratified_depth(
+              translator, verse.source, samples[0], temperature, ns)}
+
+
+def nested_quality_point(translator: Translator, verses: Sequence[Verse],
+                         ns: Sequence[int], temperature: float, method: str,
+                         key: jax.Array, max_rows: int) -> Dict:
+  """Fig. 2 for one (T, method): per verse, one set of max(ns) samples and
+  its nested N-sample subsets; each N's set statistics per verse and
+  macro-averaged."""
+  n_max = max(ns)
+  samples = nested_samples(translator, [v.source for v in verses], n_max,
+                           temperature, method, key, max_rows)
+  texts = [[s.text for s in row] for row in samples]
+  rng = np.random.default_rng(zlib.crc32(repr((temperature, method)).encode()))
+  out = {}
+  for n in ns:
+    stats = [SampleSetStats.of([row[j] for j in subset_positions(
+        method, n_max, n, rng)], v.references) for row, v in zip(texts, verses)]
+    out[n] = {"macro": macro_average(stats),
+              "per_verse": [{k: round(x, 4) for k, x in
+                             dataclasses.asdict(s).items()} for s in stats]}
+  return {"by_n": out, "tokens": generated_tokens(samples)}
