@@ -3,6 +3,8 @@
     python scripts/experiments.py                    # run (resumable) + report
     python scripts/experiments.py --report_only      # tables/plots from runs
     python scripts/experiments.py --quick --out DIR  # a tiny budget (tests)
+    python scripts/experiments.py --verify           # recompute the committed
+                                                     # runs, compare exactly
 
 Runs append to `results/experiments/runs.jsonl` as they finish; a rerun
 skips finished ones. Then writes `summary.json`, `experiments.md` and
@@ -182,10 +184,45 @@ def plots(records, summary, out: pathlib.Path) -> None:
   _save(plt, fig, axes, out / "fig4.png")
 
 
+def verify(path: pathlib.Path, budget, seed: int, kinds=None,
+           only=None, fresh_path=None) -> dict:
+  """Recomputes the runs recorded in `path` (those of `kinds` and in `only`,
+  or all) with this checkout's code and compares each record with the
+  committed one, exactly: every per-verse statistic and estimate is a
+  function of the sampled texts (and of their order, best first), so equal
+  records mean the same samples. With `fresh_path` the recomputed records
+  are appended there."""
+  from arithmetic_apps import jsonl  # pylint: disable=g-import-not-at-top
+  from arithmetic_apps.translation.translate import Translator  # pylint: disable=g-import-not-at-top
+  committed = jsonl.load(str(path), key=key_of)
+  translator = Translator.load()
+  runs = [r for r in plan(budget) if r in committed and
+          (kinds is None or r[0] in kinds) and (only is None or r in only)]
+  differ = []
+  for run in runs:
+    fresh = json.loads(json.dumps(run_one(translator, budget, run, seed)))
+    if fresh != committed[run]:
+      differ.append(list(run))
+    if fresh_path:
+      jsonl.append(fresh_path, fresh)
+  return {"recomputed": len(runs), "identical": len(runs) - len(differ),
+          "differ": differ}
+
+
 def main(argv=None) -> int:
-  args = ex.experiment_parser(__doc__.splitlines()[0],
-                              "results/experiments").parse_args(argv)
+  parser = ex.experiment_parser(__doc__.splitlines()[0], "results/experiments")
+  parser.add_argument("--verify", action="store_true")
+  parser.add_argument("--verify_out", default=None,
+                      help="JSON-lines file for the recomputed records")
+  args = parser.parse_args(argv)
   budget = QUICK if args.quick else ex.Budget()
+  if args.verify:
+    result = verify(pathlib.Path(args.out) / "runs.jsonl", budget, args.seed,
+                    fresh_path=args.verify_out)
+    print(json.dumps(result))
+    print(f"experiments --verify: {result['identical']} of "
+          f"{result['recomputed']} committed runs recomputed identically")
+    return 0 if not result["differ"] else 1
   out = pathlib.Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
   done = ex.run_plan(str(out / "runs.jsonl"), plan(budget), key_of,

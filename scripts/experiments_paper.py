@@ -123,6 +123,7 @@ def run_one(translator, budget, run, seed):
   else:
     result = ex.beam_point(translator, test[:budget.quality_verses], method)
   result["seconds"] = round(time.time() - start, 2)
+  result["device"] = jax.devices()[0].device_kind
   record = dict(zip(("kind", "verse", "temperature", "method"), run), **result)
   return json.loads(json.dumps(record))  # N keys as strings, as reloaded
 
@@ -311,15 +312,32 @@ def plots(summary, out: pathlib.Path) -> None:
 def main(argv=None) -> int:
   parser = ex.experiment_parser(__doc__.splitlines()[0],
                                 "results/experiments_paper")
+  parser.add_argument("--max_rows", type=int, default=None,
+                      help="rows per decode call (an accelerator takes more)")
+  parser.add_argument("--max_minutes", type=float, default=None,
+                      help="stop starting new runs after this long")
   args = parser.parse_args(argv)
   budget = QUICK if args.quick else PAPER
+  if args.max_rows:
+    budget = dataclasses.replace(budget, max_rows=args.max_rows)
+  deadline = (time.time() + 60 * args.max_minutes if args.max_minutes
+              else float("inf"))
   out = pathlib.Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
   runs = plan(budget)
-  done = ex.run_plan(str(out / "runs.jsonl"), runs, key_of,
-                     lambda translator, run: run_one(translator, budget, run,
-                                                     args.seed),
-                     report_only=args.report_only, desc="experiments_paper")
+  def one(translator, run):
+    if time.time() > deadline:
+      raise TimeoutError
+    return run_one(translator, budget, run, args.seed)
+
+  try:
+    done = ex.run_plan(str(out / "runs.jsonl"), runs, key_of, one,
+                       report_only=args.report_only, desc="experiments_paper")
+  except TimeoutError:
+    print(f"experiments_paper: --max_minutes {args.max_minutes} reached",
+          file=sys.stderr)
+    done = ex.run_plan(str(out / "runs.jsonl"), runs, key_of, one,
+                       report_only=True, desc="experiments_paper")
   records = [done[r] for r in runs if r in done]
   summary = summarize(records, budget)
   summary["runs"] = {"done": len(records), "planned": len(runs)}

@@ -235,20 +235,33 @@ class EncoderDecoderModel:
     cross = self.module.apply({"params": params}, encoded, method=T5.cross_kv)
     return {"cross": cross, "mask": jnp.take(context["mask"], inputs, axis=0)}
 
-  def step_fn(self, params, context):
-    """The T5X-protocol `tokens_to_logits` over the rows of `row_context`."""
+  def step_fn(self, params, context, lockstep: bool = False):
+    """The T5X-protocol `tokens_to_logits` over the rows of `row_context`.
+
+    Rows may sit at different positions (T5X's `initial_index`). With
+    `lockstep` the caller promises that every row still decoding sits at
+    the same position, the largest: true in the library's loop when it
+    starts at slot 0 (no prefilled cache), where a row that ended at its
+    length limit lags and its unused logits are computed at the leaders'
+    position. Then the cache is written by one slice update instead of a
+    scatter per row (the same values, bit for bit).
+    """
     cross = context["cross"] if "cross" in context else context["encoded"]
 
     def tokens_to_logits(state):
+      index = jnp.max(state.cur_index) if lockstep else state.cur_index
       return self.module.apply({"params": params}, cross, context["mask"],
-                               state.cur_token, state.cur_index, state.cache,
+                               state.cur_token, index, state.cache,
                                method=T5.decode_step)
 
     return tokens_to_logits
 
   def decode_inputs(self, params, encoder_tokens, max_decode_len: int,
-                    num_decodes: int = 1):
+                    num_decodes: int = 1, lockstep: bool = False):
     """What a T5X decode function takes: (inputs, cache, tokens_to_logits).
+
+    `lockstep`: the decode function starts every row at slot 0 (no
+    `initial_index`), as the library's do here; see `step_fn`.
 
     `inputs` [B, max_decode_len] are zeros (no prompt); `cache` is for B rows
     (the decode function expands it); tokens_to_logits works on the B*N
@@ -269,4 +282,4 @@ class EncoderDecoderModel:
       rows = self.row_context(
           params, context,
           jnp.arange(encoder_tokens.shape[0] * num_decodes), num_decodes)
-    return inputs, cache, self.step_fn(params, rows)
+    return inputs, cache, self.step_fn(params, rows, lockstep)

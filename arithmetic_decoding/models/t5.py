@@ -36,6 +36,7 @@ from collections.abc import Mapping
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 from arithmetic_decoding.models.config import T5Config
 
@@ -241,7 +242,8 @@ class DecoderLayer(nn.Module):
 
   def __call__(self, x, self_bias, cross, cross_bias, cache=None,
                write_at=None):
-    """x [B, T, D] (T = 1 with a cache); write_at int [B]: each row's slot.
+    """x [B, T, D] (T = 1 with a cache); write_at int [B]: each row's slot,
+    or int []: one slot for all rows (< the cache's slots).
 
     `cross` is either the encoded input [B, S, D] (its keys and values are
     projected here, at every call, as T5X does) or this layer's projected
@@ -256,11 +258,18 @@ class DecoderLayer(nn.Module):
       # Write this step's key/value [B, 1, H, K] at each row's slot
       # write_at [B] of the cache [B, H, K, Tcache]: a scatter of B columns,
       # in place in the decode loop (a select would rewrite the whole cache).
-      rows = jnp.arange(keys.shape[0])
-      keys = cache["key"].at[rows, :, :, write_at].set(keys[:, 0],
-                                                      mode="drop")
-      values = cache["value"].at[rows, :, :, write_at].set(values[:, 0],
-                                                          mode="drop")
+      if write_at.ndim == 0:  # one slot: a plain in-place slice update
+        at = (0, 0, 0, write_at)
+        keys = lax.dynamic_update_slice(cache["key"], keys[:, 0, ..., None],
+                                        at)
+        values = lax.dynamic_update_slice(cache["value"],
+                                          values[:, 0, ..., None], at)
+      else:
+        rows = jnp.arange(keys.shape[0])
+        keys = cache["key"].at[rows, :, :, write_at].set(keys[:, 0],
+                                                        mode="drop")
+        values = cache["value"].at[rows, :, :, write_at].set(values[:, 0],
+                                                            mode="drop")
       keys, values = constrain(keys, CACHE_AXES), constrain(values, CACHE_AXES)
       new_cache = {"key": keys, "value": values}
     x = x + self.self_attention(h, keys, values, self_bias,
@@ -370,7 +379,9 @@ class T5(nn.Module):
 
   def decode_step(self, cross, encoder_mask, cur_token, cur_index, cache):
     """One cached step: cur_token [B, 1] at positions cur_index [B] (or one
-    position [] for all rows, as T5X's beam search passes it).
+    position [] for all rows, as T5X's beam search passes it: then the
+    cache is written by one slice update and the position bias computed
+    once, the same values as per row).
 
     `cross` is the encoded input per row [B, S, D] with `encoder_mask`
     [B, S] (keys and values projected at every step, as T5X does), or
@@ -379,11 +390,13 @@ class T5(nn.Module):
 
     Returns logits [B, V] for the next position and the updated cache.
     """
-    cur_index = jnp.broadcast_to(cur_index, cur_token.shape[:1])  # [B]
+    cur_index = jnp.asarray(cur_index)
+    # [B] per row, or [1] for all rows (bias [B or 1, H, 1, Tcache]).
+    positions = cur_index.reshape(-1)
     length = cache["layer_0"]["key"].shape[-1]
     slots = jnp.arange(length)
-    visible = slots[None, :] <= cur_index[:, None]  # [B, Tcache]
-    self_bias = (self.decoder_relpos(cur_index[:, None], slots) +
+    visible = slots[None, :] <= positions[:, None]  # [B or 1, Tcache]
+    self_bias = (self.decoder_relpos(positions[:, None], slots) +
                  jnp.where(visible, 0.0, _MASK)[:, None, None, :])
     cross_bias = _padding_bias(encoder_mask)
     x = self._embed(cur_token)

@@ -48,10 +48,11 @@ def _decode(params, tokens, key, temperature, codes, *,
   and for the sampling methods each sample's code [B, N] (zeros for
   ancestral sampling).
 
-  The loop methods decode over a growing cache (`model.cache_growth()`):
-  the same tokens and scores as over the full cache, bit for bit."""
+  Every row starts at slot 0 (`lockstep`), and the loop methods decode
+  over a growing cache (`model.cache_growth()`): the same tokens and
+  scores as per-row writes over the full cache, bit for bit."""
   inputs, cache, step = model.decode_inputs(params, tokens, length,
-                                            num_decodes)
+                                            num_decodes, lockstep=True)
   growth = (model.cache_growth() if grow_cache and method is not Method.BEAM
             else None)
   return method.decode(inputs, cache, step, EOS_ID, key,

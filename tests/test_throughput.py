@@ -1,0 +1,165 @@
+"""The speedups of the decoder change no sample.
+
+* The cache layout [B, H, K, T], its one-slice write (`lockstep` position)
+  and decoding over a growing cache (`loop.CacheGrowth`) give the same
+  tokens and log-probabilities, bit for bit, as the per-row write and the
+  full cache.
+* The committed experiment records (`results/experiments/runs.jsonl`,
+  written by the code before the speedups) are recomputed identically.
+* The nested sample sets of the paper-power experiments are exact: a
+  sub-lattice of a shifted lattice is a shifted lattice with a uniform
+  shift; the samples come back in code order.
+"""
+
+import json
+import pathlib
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from arithmetic_decoding import arithmetic_sample
+from arithmetic_decoding.loop import CacheGrowth
+from arithmetic_decoding.methods import Method
+from arithmetic_decoding.models import T5
+from arithmetic_decoding.models.encoder_decoder import (cache_slots,
+                                                        init_cache,
+                                                        resize_cache)
+from arithmetic_apps.translation import experiments as ex
+from arithmetic_apps.translation.data import load_split
+from arithmetic_apps.translation.translate import Translator, _decode
+
+ROOT = pathlib.Path(__file__).parent.parent
+
+
+@pytest.fixture(scope="module")
+def translator():
+  return Translator.load()
+
+
+@pytest.mark.parametrize("first,inputs,n,temperature", [
+    (0, 4, 16, 0.5),     # 64 rows, mixed verses
+    (40, 8, 8, 1.0),     # 64 rows
+    (115, 1, 64, 0.2),   # one verse x 64
+    (60, 32, 16, 0.5),   # 512 rows
+    (200, 24, 2, 0.8),   # 48 rows: below min_rows, the full cache
+])
+@pytest.mark.parametrize("method", [Method.ARITHMETIC, Method.ANCESTRAL])
+def test_growing_cache_gives_the_same_bits(translator, first, inputs, n,
+                                           temperature, method):
+  test = load_split("test")
+  tokens = translator.encode([v.source for v in test[first:first + inputs]])
+  key = jax.random.PRNGKey(first)
+  out = [_decode(translator.params, tokens, key, jnp.float32(temperature),
+                 None, model=translator.model, method=method, num_decodes=n,
+                 length=translator.max_decode_len, grow_cache=grow)
+         for grow in (False, True)]
+  np.testing.assert_array_equal(out[0][0], out[1][0])
+  np.testing.assert_array_equal(out[0][1], out[1][1])
+  # The decodes are long enough to cross segment boundaries.
+  assert int((np.asarray(out[0][0]) != 0).sum(-1).max()) > 32
+
+
+def test_one_position_write_equals_per_row_write(translator):
+  """decode_step at one position [] (slice update, one bias) == at the same
+  position per row [B] (scatter, per-row bias): logits and cache."""
+  model, params = translator.model, translator.params
+  rows, groups, source = 64, 4, 32
+  encoded = jax.random.normal(jax.random.PRNGKey(0), (groups, source, 256))
+  cross = model.module.apply({"params": params}, encoded, method=T5.cross_kv)
+  mask = jnp.ones((groups, source), bool).at[:, 20:].set(False)
+  cache = init_cache(model.config, rows, 64)
+  cache = jax.tree_util.tree_map(
+      lambda x: x.at[..., :9].set(jax.random.normal(jax.random.PRNGKey(1),
+                                                    x[..., :9].shape)), cache)
+  token = jax.random.randint(jax.random.PRNGKey(2), (rows, 1), 2, 8000)
+  step = jax.jit(lambda index: model.module.apply(
+      {"params": params}, cross, mask, token, index, cache,
+      method=T5.decode_step))
+  per_row = step(jnp.full((rows,), 9, jnp.int32))
+  shared = step(jnp.int32(9))
+  for a, b in zip(jax.tree_util.tree_leaves(per_row),
+                  jax.tree_util.tree_leaves(shared)):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_resize_cache_keeps_what_was_written():
+  cache = {"layer_0": {"key": jnp.arange(24.).reshape(1, 2, 3, 4),
+                       "value": jnp.ones((1, 2, 3, 4))}}
+  grown = resize_cache(cache, 6)
+  assert cache_slots(grown) == 6
+  np.testing.assert_array_equal(grown["layer_0"]["key"][..., :4],
+                                cache["layer_0"]["key"])
+  assert float(jnp.abs(grown["layer_0"]["key"][..., 4:]).sum()) == 0.0
+  np.testing.assert_array_equal(resize_cache(grown, 4)["layer_0"]["key"],
+                                cache["layer_0"]["key"])
+
+
+def test_cache_growth_arguments_are_checked():
+  with pytest.raises(ValueError, match="slots"):
+    CacheGrowth(0, resize_cache, cache_slots)
+  growth = CacheGrowth(2, resize_cache, cache_slots)
+  step = lambda state: (jnp.zeros((state.cur_token.shape[0], 3)), state.cache)
+  inputs = jnp.zeros((1, 4), jnp.int32)
+  with pytest.raises(ValueError, match="initial_index"):
+    arithmetic_sample(inputs, {}, step, 1, topk=0, cache_growth=growth,
+                      initial_index=jnp.array([1]))
+  with pytest.raises(TypeError, match="cache_growth"):
+    arithmetic_sample(inputs, {}, step, 1, topk=0, cache_growth=2)
+
+
+def test_committed_runs_recompute_identically():
+  """Runs of the committed small grid, written by the code before the
+  speedups: 120 rows (growing cache) and 32 rows (full cache)."""
+  sys.path.insert(0, str(ROOT / "scripts"))
+  import experiments as script  # pylint: disable=g-import-not-at-top
+  result = script.verify(ROOT / "results" / "experiments" / "runs.jsonl",
+                         ex.Budget(), seed=0, kinds=None,
+                         only=[("quality", 5, 0.2, "arithmetic", -1),
+                               ("estimator", 2, 0.5, "ancestral", 0)])
+  assert result == {"recomputed": 2, "identical": 2, "differ": []}
+
+
+def test_sub_lattices_are_shifted_lattices_with_uniform_shifts():
+  n_max = 64
+  grid = (np.arange(50) + 0.5) / 50  # shifts u of the 64-point lattice
+  for n in (2, 4, 8, 16, 32):
+    m = n_max // n
+    shifts = []
+    for u in grid:
+      codes = ex.lattice(np.array([u]), n_max)[0].astype(np.float64)
+      for j in range(m):
+        sub = codes[ex.sub_lattice(n_max, n, j)]
+        shift = (j + u) / m  # the sub-lattice's shift in [0, 1)
+        np.testing.assert_allclose(sub, (np.arange(n) + shift) / n,
+                                   atol=1e-7)
+        shifts.append(shift)
+    # j uniform and u uniform: the shifts tile [0, 1) evenly.
+    np.testing.assert_allclose(np.sort(shifts),
+                               (np.arange(m * len(grid)) + 0.5) /
+                               (m * len(grid)), atol=1e-12)
+
+
+def test_nested_samples_come_back_in_code_order(translator):
+  test = load_split("test")
+  key = jax.random.PRNGKey(5)
+  rows = ex.nested_samples(translator, [test[3].source] * 2, 8, 0.5,
+                           "arithmetic", key, max_rows=16)
+  shifts = np.asarray(jax.random.uniform(jax.random.fold_in(key, 2**30),
+                                         (2,)), np.float64)
+  codes = ex.lattice(shifts, 8)
+  assert [[s.code for s in row] for row in rows] == codes.tolist()
+  iid = ex.nested_samples(translator, [test[3].source], 8, 0.5, ex.IID, key,
+                          max_rows=16)
+  assert len(iid[0]) == 8 and len({s.code for s in iid[0]}) == 8
+
+
+def test_subset_positions():
+  rng = np.random.default_rng(0)
+  for _ in range(20):
+    lat = ex.subset_positions("arithmetic", 64, 8, rng)
+    assert len(set(lat % 8)) == 1 and np.all(np.diff(lat) == 8)
+    iid = ex.subset_positions(ex.IID, 64, 8, rng)
+    assert len(set(iid.tolist())) == 8 and iid.max() < 64
