@@ -204,7 +204,7 @@ def summarize(result: dict) -> dict:
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--verses", type=int, default=4)
-  parser.add_argument("--repeats", type=int, default=4)
+  parser.add_argument("--repeats", type=int, default=2)
   parser.add_argument("--n", type=int, default=64)
   parser.add_argument("--temperatures", type=float, nargs="+",
                       default=[0.1, 0.2, 0.5])

@@ -39,7 +39,7 @@ from arithmetic_apps.translation.data import load_split
 @dataclasses.dataclass(frozen=True)
 class Budget:
   verses: int = 4
-  temperatures: Tuple[float, ...] = (0.2, 0.5)
+  temperatures: Tuple[float, ...] = (0.1, 0.2, 0.5)
   n: int = 16
   ks: Tuple[int, ...] = (4, 8)
   repeats: int = 32

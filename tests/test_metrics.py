@@ -50,3 +50,16 @@ def test_duplicates_and_stats():
   assert avg["duplicates"] == pytest.approx(0.25)
   assert avg["diversity"] == pytest.approx(
       np.mean([stats.diversity, other.diversity]))
+
+
+def test_sentence_bleu_with_cached_references_is_sacrebleus():
+  from arithmetic_apps.metrics import SentenceBleu, sentence_bleu
+  from arithmetic_apps.translation.data import load_split
+  test = load_split("test")
+  for verse in test[:5]:
+    score = SentenceBleu(verse.references)
+    hyps = ([v.references[0] for v in test[:60]] + [""] +
+            [verse.references[1][:k] for k in range(0, 90, 7)] +
+            [verse.references[0] + " ."])
+    for h in hyps:
+      assert score(h) == sentence_bleu(h, verse.references), h

@@ -29,7 +29,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from arithmetic_apps.metrics import SampleSetStats, macro_average, sentence_bleu
+from arithmetic_apps.metrics import (SampleSetStats, SentenceBleu,
+                                     macro_average, sentence_bleu)
 from arithmetic_decoding.methods import Method
 from arithmetic_apps.translation.data import Verse
 from arithmetic_apps.translation.translate import Sample, Translator
@@ -305,12 +306,12 @@ class BleuMemo:
   text scored once (low temperatures repeat the same few texts)."""
 
   def __init__(self, references: Sequence[str]):
-    self.references = list(references)
+    self.score = SentenceBleu(references)
     self.scores: Dict[str, float] = {}
 
   def __call__(self, text: str) -> float:
     if text not in self.scores:
-      self.scores[text] = sentence_bleu(text, self.references)
+      self.scores[text] = self.score(text)
     return self.scores[text]
 
 
