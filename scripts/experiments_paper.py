@@ -170,7 +170,11 @@ def summarize(records, budget):
           "mean_estimate": {m: float(np.mean(
               [np.mean(by[(v, t, m)]["estimates"][str(n)]) for v in verses]))
               for m in ex.NESTED_METHODS}}
-    summary["fig4"][f"T={t}"] = {"verses": len(verses), "by_n": rows}
+    texts = [by[(v, t, m)]["texts"] for v in verses for m in ex.NESTED_METHODS]
+    summary["fig4"][f"T={t}"] = {
+        "verses": len(verses), "by_n": rows,
+        # distinct texts among a verse's repeats x 64 samples
+        "distinct_texts": float(np.mean(texts)) if texts else None}
   test = load_split("test")
   for v in ex.estimator_verses(test, budget.figure3_verses):
     for t in budget.estimator_temperatures:

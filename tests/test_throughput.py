@@ -41,8 +41,8 @@ def translator():
 
 @pytest.mark.parametrize("first,inputs,n,temperature", [
     (0, 4, 16, 0.5),     # 64 rows, mixed verses
-    (40, 8, 8, 1.0),     # 64 rows
-    (115, 1, 64, 0.2),   # one verse x 64
+    pytest.param(40, 8, 8, 1.0, marks=pytest.mark.slow),    # 64 rows
+    pytest.param(115, 1, 64, 0.2, marks=pytest.mark.slow),  # one verse x 64
     pytest.param(60, 32, 16, 0.5, marks=pytest.mark.slow),  # 512 rows
     (200, 24, 2, 0.8),   # 48 rows: below min_rows, the full cache
 ])
