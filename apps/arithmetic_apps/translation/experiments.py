@@ -255,11 +255,14 @@ def nested_samples(translator: Translator, sources: Sequence[str],
                           ).astype(np.float32))
       rows = translator.sample(chunk, n_max, temperature, call_key,
                                Method.ARITHMETIC, codes=jnp.asarray(codes))
-      for lattice_codes, row in zip(codes, rows):
-        at = {float(c): j for j, c in enumerate(lattice_codes)}
+      for row_codes, row in zip(codes, rows):
+        # Positions by code (i.i.d. float32 codes may repeat: 2**-23 grid).
+        at: Dict[float, List[int]] = {}
+        for j, c in enumerate(row_codes):
+          at.setdefault(float(c), []).append(j)
         ordered = [None] * n_max
         for sample in row:
-          ordered[at[sample.code]] = sample
+          ordered[at[sample.code].pop()] = sample
         out.append(ordered)
     else:
       out.extend(translator.sample(chunk, n_max, temperature, call_key,
