@@ -70,7 +70,7 @@ def test_one_position_write_equals_per_row_write(translator):
   encoded = jax.random.normal(jax.random.PRNGKey(0), (groups, source, 256))
   cross = model.module.apply({"params": params}, encoded, method=T5.cross_kv)
   mask = jnp.ones((groups, source), bool).at[:, 20:].set(False)
-  cache = init_cache(model.config, rows, 64)
+  cache = init_cache(model.config, rows, 64, time_minor=True)
   cache = jax.tree_util.tree_map(
       lambda x: x.at[..., :9].set(jax.random.normal(jax.random.PRNGKey(1),
                                                     x[..., :9].shape)), cache)
@@ -173,3 +173,48 @@ def test_subset_positions():
     assert len(set(lat % 8)) == 1 and np.all(np.diff(lat) == 8)
     iid = ex.subset_positions(ex.IID, 64, 8, rng)
     assert len(set(iid.tolist())) == 8 and iid.max() < 64
+
+
+@pytest.mark.slow
+def test_experiments_paper_quick_run(tmp_path):
+  """The paper-power script end to end on a tiny budget: every run, the
+  report, the plots; estimates per N as many as repeats."""
+  import subprocess  # pylint: disable=g-import-not-at-top
+  cmd = [sys.executable, str(ROOT / "scripts" / "experiments_paper.py"),
+         "--quick", "--out", str(tmp_path)]
+  done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+  assert done.returncode == 0, done.stderr[-3000:]
+  records = [json.loads(line) for line in
+             (tmp_path / "runs.jsonl").read_text().splitlines()]
+  # Fig. 4: 3 verses x 1 T x 2 methods; Fig. 2: 1 T x 2; beam: 2 N.
+  assert sorted(r["kind"] for r in records) == (["beam"] * 2 + ["fig2"] * 2 +
+                                                ["fig4"] * 6)
+  for r in records:
+    if r["kind"] == "fig4":
+      assert sorted(r["estimates"]) == ["2", "4"]
+      assert all(len(e) == 4 for e in r["estimates"].values())
+      assert all(1 <= r["distinct"][n] <= int(n) for n in r["distinct"])
+      depth = r["stratified_depth"]
+      assert 0 <= depth["2"] <= depth["4"]
+  summary = json.loads((tmp_path / "summary.json").read_text())
+  assert summary["fig4"]["T=0.5"]["verses"] == 3
+  assert summary["runs"] == {"done": 10, "planned": 10}
+  for name in ("fig2.png", "fig3.png", "fig4.png", "experiments.md"):
+    assert (tmp_path / name).stat().st_size > 0
+
+
+def test_time_minor_cache_equals_t5x_layout(translator):
+  """The default T5X-layout cache (select write, full cache) and the
+  translator's time-minor cache (slice write, growing cache) decode the
+  same tokens and log-probabilities, bit for bit."""
+  from arithmetic_decoding.models import EncoderDecoderModel  # pylint: disable=g-import-not-at-top
+  t5x_layout = EncoderDecoderModel(translator.model.config)
+  test = load_split("test")
+  tokens = translator.encode([v.source for v in test[10:14]])
+  for method in (Method.ARITHMETIC, Method.ANCESTRAL):
+    out = [_decode(translator.params, tokens, jax.random.PRNGKey(3),
+                   jnp.float32(0.5), None, model=model, method=method,
+                   num_decodes=16, length=translator.max_decode_len)
+           for model in (t5x_layout, translator.model)]
+    np.testing.assert_array_equal(out[0][0], out[1][0])
+    np.testing.assert_array_equal(out[0][1], out[1][1])

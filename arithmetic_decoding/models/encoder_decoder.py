@@ -44,6 +44,7 @@ from __future__ import annotations
 from typing import Any, Dict
 
 import enum
+import functools
 import math
 
 import flax.linen as nn
@@ -92,31 +93,40 @@ def group_size(num_decodes: int, rows: int) -> int:
   return math.gcd(num_decodes, rows)
 
 
-def init_cache(config: T5Config, batch: int, length: int) -> Dict[str, Any]:
-  """Zeros: {"layer_i": {"key", "value": [batch, H, K, length]}}."""
-  shape = (batch, config.num_heads, config.d_kv, length)
+def init_cache(config: T5Config, batch: int, length: int,
+               time_minor: bool = False) -> Dict[str, Any]:
+  """Zeros: {"layer_i": {"key", "value": [batch, length, H, K]}}, or
+  [batch, H, K, length] with `time_minor` (see `t5.DecoderLayer`)."""
+  shape = ((batch, config.num_heads, config.d_kv, length) if time_minor else
+           (batch, length, config.num_heads, config.d_kv))
   zeros = jnp.zeros(shape, config.activation_dtype)
   return {f"layer_{i}": {"key": zeros, "value": zeros}
           for i in range(config.num_decoder_layers)}
 
 
-def cache_slots(cache: Dict[str, Any]) -> int:
-  """The number of slots of an `init_cache` cache."""
-  return cache["layer_0"]["key"].shape[-1]
+def cache_slots(cache: Dict[str, Any], axis: int = -1) -> int:
+  """The number of slots of an `init_cache` cache (slot axis -1 for a
+  time-minor cache, 1 for T5X's layout)."""
+  return cache["layer_0"]["key"].shape[axis]
 
 
-def resize_cache(cache: Dict[str, Any], slots: int) -> Dict[str, Any]:
-  """The cache with `slots` slots: cut, or padded with zeros (empty slots).
+def resize_cache(cache: Dict[str, Any], slots: int,
+                 axis: int = -1) -> Dict[str, Any]:
+  """The cache with `slots` slots along `axis`: cut, or padded with zeros
+  (empty slots).
 
-  >>> cache = init_cache(preset("tiny"), batch=2, length=4)
+  >>> cache = init_cache(preset("tiny"), batch=2, length=4, time_minor=True)
   >>> cache_slots(resize_cache(cache, 8)), cache_slots(resize_cache(cache, 2))
   (8, 2)
   """
   def resize(x):
-    have = x.shape[-1]
+    ax = axis % x.ndim
+    have = x.shape[ax]
     if slots <= have:
-      return x[..., :slots]
-    return jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, slots - have)])
+      return jax.lax.slice_in_dim(x, 0, slots, axis=ax)
+    pad = [(0, 0)] * x.ndim
+    pad[ax] = (0, slots - have)
+    return jnp.pad(x, pad)
   return jax.tree_util.tree_map(resize, cache)
 
 
@@ -149,10 +159,16 @@ class EncoderDecoderModel:
   projected keys and values (see `CrossKV`).
   """
 
-  def __init__(self, config: T5Config, cross_kv="per_input"):
+  def __init__(self, config: T5Config, cross_kv="per_input",
+               time_minor: bool = False):
     self.config = config
     self.cross_kv = as_cross_kv(cross_kv)
-    self.module = T5(config)
+    self.time_minor = bool(time_minor)
+    self.module = T5(config, self.time_minor)
+    axis = -1 if self.time_minor else 1  # the cache's slot axis
+    # Made once, so equal CacheGrowth objects share compiled programs.
+    self._resize_cache = functools.partial(resize_cache, axis=axis)
+    self._cache_slots = functools.partial(cache_slots, axis=axis)
 
   def init(self, rng: jax.Array) -> PyTree:
     """Random parameters (their logical axes: `param_logical_axes`)."""
@@ -184,7 +200,7 @@ class EncoderDecoderModel:
     """Decode over a cache grown by `slots` slots at a time (pass it as
     `cache_growth` to the decode functions): the same samples, attention
     over the slots written so far instead of all `max_decode_len`."""
-    return CacheGrowth(slots, resize_cache, cache_slots,
+    return CacheGrowth(slots, self._resize_cache, self._cache_slots,
                        min_rows=CACHE_GROWTH_MIN_ROWS)
 
   def decode_start(self, params, encoder_tokens, max_decode_len: int):
@@ -199,7 +215,8 @@ class EncoderDecoderModel:
     context = {"encoded": self.encode(params, encoder_tokens),
                "mask": encoder_tokens > 0}
     inputs = jnp.zeros((batch, max_decode_len), jnp.int32)
-    return inputs, init_cache(self.config, batch, max_decode_len), context
+    return inputs, init_cache(self.config, batch, max_decode_len,
+                              self.time_minor), context
 
   def start_index(self, encoder_tokens):
     """None: decoding starts at slot 0 (no decoder prompt)."""

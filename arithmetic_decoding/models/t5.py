@@ -16,7 +16,9 @@ context (set by `sharding`), and are plain identities elsewhere.
 
 The decode cache is an explicit pytree, batch at axis 0:
 
-  {"layer_0": {"key": [B, H, K, T], "value": [B, H, K, T]}, ...}
+  {"layer_0": {"key": [B, T, H, K], "value": [B, T, H, K]}, ...}
+
+([B, H, K, T] with `time_minor`)
 
 written at each row's `cur_index` (so rows may sit at different positions, as
 they do after T5X's `initial_index`). Cross-attention keys and values are
@@ -40,8 +42,11 @@ from jax import lax
 
 from arithmetic_decoding.models.config import T5Config
 
-# Logical axes of the decode cache's key/value arrays [B, H, K, T].
-CACHE_AXES = ("cache_batch", "cache_heads", "cache_kv", "cache_length")
+# Logical axes of the decode cache's key/value arrays: [B, T, H, K] (T5X's
+# layout, the default), [B, H, K, T] with `time_minor`.
+CACHE_AXES = ("cache_batch", "cache_length", "cache_heads", "cache_kv")
+CACHE_AXES_TIME_MINOR = ("cache_batch", "cache_heads", "cache_kv",
+                         "cache_length")
 # Added to masked attention logits (finite, so a fully masked row stays NaN-free).
 _MASK = -1e10
 
@@ -222,9 +227,15 @@ class EncoderLayer(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-  """Self-attention (full or one cached step), cross-attention, MLP."""
+  """Self-attention (full or one cached step), cross-attention, MLP.
+
+  `time_minor`: the decode cache is [B, H, K, T] (written by a scatter or
+  one slice update) instead of T5X-style [B, T, H, K] (written by a select
+  over all slots); the same values and logits, bit for bit on XLA:CPU.
+  """
 
   config: T5Config
+  time_minor: bool = False
 
   def setup(self):
     cfg = self.config
@@ -254,7 +265,17 @@ class DecoderLayer(nn.Module):
     h = self.pre_self_attention_norm(x)
     keys, values = self.self_attention.project_kv(h)
     new_cache = None
-    if cache is not None:
+    if cache is not None and not self.time_minor:
+      # Write this step's key/value: [B, 1, H, K] into [B, Tcache, H, K]
+      # where the slot is each row's write_at (one-hot select).
+      slots = jnp.arange(cache["key"].shape[1])
+      where = (slots[None, :] == jnp.broadcast_to(
+          write_at, keys.shape[:1])[:, None])[:, :, None, None]
+      keys = jnp.where(where, keys, cache["key"])
+      values = jnp.where(where, values, cache["value"])
+      keys, values = constrain(keys, CACHE_AXES), constrain(values, CACHE_AXES)
+      new_cache = {"key": keys, "value": values}
+    elif cache is not None:
       # Write this step's key/value [B, 1, H, K] at each row's slot
       # write_at [B] of the cache [B, H, K, Tcache]: a scatter of B columns,
       # in place in the decode loop (a select would rewrite the whole cache).
@@ -270,10 +291,11 @@ class DecoderLayer(nn.Module):
                                                         mode="drop")
         values = cache["value"].at[rows, :, :, write_at].set(values[:, 0],
                                                             mode="drop")
-      keys, values = constrain(keys, CACHE_AXES), constrain(values, CACHE_AXES)
+      keys, values = (constrain(keys, CACHE_AXES_TIME_MINOR),
+                      constrain(values, CACHE_AXES_TIME_MINOR))
       new_cache = {"key": keys, "value": values}
     x = x + self.self_attention(h, keys, values, self_bias,
-                                cached=cache is not None)
+                                cached=cache is not None and self.time_minor)
     h = self.pre_cross_attention_norm(x)
     if isinstance(cross, Mapping):
       x = x + _grouped_attention(self.cross_attention, h, cross, cross_bias)
@@ -309,9 +331,11 @@ def _padding_bias(key_mask: jax.Array) -> jax.Array:
 
 class T5(nn.Module):
   """The encoder-decoder. Methods: `encode`, `decode` (teacher-forced),
-  `decode_step` (one cached step), `__call__` (all three, for init)."""
+  `decode_step` (one cached step), `__call__` (all three, for init).
+  `time_minor`: the decode cache's layout (see `DecoderLayer`)."""
 
   config: T5Config
+  time_minor: bool = False
 
   def setup(self):
     cfg = self.config
@@ -322,7 +346,8 @@ class T5(nn.Module):
     self.decoder_relpos = RelativePositionBias(cfg, bidirectional=False)
     self.encoder_layers = [EncoderLayer(cfg, name=f"encoder_{i}")
                            for i in range(cfg.num_encoder_layers)]
-    self.decoder_layers = [DecoderLayer(cfg, name=f"decoder_{i}")
+    self.decoder_layers = [DecoderLayer(cfg, self.time_minor,
+                                        name=f"decoder_{i}")
                            for i in range(cfg.num_decoder_layers)]
     self.encoder_norm = RMSNorm(cfg)
     self.decoder_norm = RMSNorm(cfg)
@@ -391,9 +416,11 @@ class T5(nn.Module):
     Returns logits [B, V] for the next position and the updated cache.
     """
     cur_index = jnp.asarray(cur_index)
-    # [B] per row, or [1] for all rows (bias [B or 1, H, 1, Tcache]).
-    positions = cur_index.reshape(-1)
-    length = cache["layer_0"]["key"].shape[-1]
+    # [B] per row, or (time-minor cache) [1] for all rows: bias [B or 1, H,
+    # 1, Tcache].
+    positions = (cur_index.reshape(-1) if self.time_minor else
+                 jnp.broadcast_to(cur_index, cur_token.shape[:1]))
+    length = cache["layer_0"]["key"].shape[-1 if self.time_minor else 1]
     slots = jnp.arange(length)
     visible = slots[None, :] <= positions[:, None]  # [B or 1, Tcache]
     self_bias = (self.decoder_relpos(positions[:, None], slots) +

@@ -97,7 +97,10 @@ class Translator:
   @classmethod
   def load(cls, directory: pathlib.Path | str = ASSETS) -> "Translator":
     config, params = checkpoint.load_model(directory)
-    return cls(EncoderDecoderModel(config), jax.device_put(params),
+    # The time-minor decode cache: the same samples, faster on CPU
+    # (docs/benchmarks.md).
+    return cls(EncoderDecoderModel(config, time_minor=True),
+               jax.device_put(params),
                Tokenizer.load(pathlib.Path(directory) / "spm.model"))
 
   def encode(self, texts: Sequence[str]) -> jax.Array:
