@@ -216,18 +216,20 @@ def raw_log_prob(raw: jax.Array, token: jax.Array) -> jax.Array:
   return picked[:, 0] - jax.nn.logsumexp(raw, axis=-1)
 
 
-def run_loop(state: SamplingLoopState, inputs: LoopInputs, fns: ModelFns,
-             options: DecodeOptions) -> SamplingLoopState:
-  """Steps every row until all have ended; returns the final state."""
-  width = state.sequences.shape[1]
-  slots = jnp.arange(width, dtype=jnp.int32)[None, :]  # [1, L + 2]
-  # [R]: EOS already in the prompt does not end a row.
-  initial_eos_count = count_eos(state.sequences, options.eos_id)
+def loop_fns(inputs: LoopInputs, fns: ModelFns, options: DecodeOptions,
+             initial_eos_count: jax.Array):
+  """(cond_fn, body_fn) of the decode loop: cond_fn(state) is "some row
+  has not ended", body_fn(state) is one step of every row.
+
+  `initial_eos_count` int [R] is `count_eos` of the rows' sequences before
+  the first step (EOS already in a prompt does not end its row).
+  """
 
   def cond_fn(state: SamplingLoopState) -> jax.Array:
     return ~jnp.all(state.ended)
 
   def body_fn(state: SamplingLoopState) -> SamplingLoopState:
+    slots = jnp.arange(state.sequences.shape[1], dtype=jnp.int32)[None, :]
     if fns.state_callback_fn is not None:
       state = fns.state_callback_fn(state)
     step_rng, next_rng = jax.random.split(state.rng)
@@ -274,6 +276,14 @@ def run_loop(state: SamplingLoopState, inputs: LoopInputs, fns: ModelFns,
         chooser_state=jax.tree_util.tree_map(keep, choice.state,
                                              state.chooser_state))
 
+  return cond_fn, body_fn
+
+
+def run_loop(state: SamplingLoopState, inputs: LoopInputs, fns: ModelFns,
+             options: DecodeOptions) -> SamplingLoopState:
+  """Steps every row until all have ended; returns the final state."""
+  cond_fn, body_fn = loop_fns(inputs, fns, options,
+                              count_eos(state.sequences, options.eos_id))
   growth = fns.cache_growth
   if growth is None or state.cur_index.shape[0] < growth.min_rows:
     final = lax.while_loop(cond_fn, body_fn, state)

@@ -4,6 +4,7 @@ English->French model.
     python scripts/experiments_paper.py                 # run (resumable) + report
     python scripts/experiments_paper.py --report_only   # tables/plots from runs
     python scripts/experiments_paper.py --quick --out DIR   # tiny (tests)
+    python scripts/experiments_paper.py --verify 6      # recompute 6 runs
 
 The grid (`PAPER`):
   * Fig. 4: 100 test verses spread over the split x 100 repeats, N = 2, 4,
@@ -319,9 +320,38 @@ def plots(summary, out: pathlib.Path) -> None:
     plt.close(fig)
 
 
+def verify(path: str, budget, seed: int, count: int) -> dict:
+  """Recomputes `count` finished runs of `path` (spread over the file, at
+  most one per kind and temperature first) and compares each record with
+  the committed one, every field but the run's seconds and device."""
+  from arithmetic_apps.translation.translate import Translator  # pylint: disable=g-import-not-at-top
+  records = [json.loads(line) for line in open(path) if line.strip()]
+  seen, picks = set(), []
+  for record in records:  # one per (kind, T) first, then spread
+    if (record["kind"], record["temperature"]) not in seen:
+      seen.add((record["kind"], record["temperature"]))
+      picks.append(record)
+  picks = (picks + records[::max(1, len(records) // count)])[:count]
+  translator = Translator.load()
+  checked = []
+  for record in picks:
+    fresh = run_one(translator, budget, key_of(record), seed)
+    strip = lambda r: {k: v for k, v in r.items()
+                       if k not in ("seconds", "device")}
+    checked.append({"run": list(key_of(record)),
+                    "identical": strip(fresh) == strip(record)})
+    print(json.dumps(checked[-1]), flush=True)
+  return {"checked": len(checked),
+          "identical": sum(c["identical"] for c in checked),
+          "runs": checked}
+
+
 def main(argv=None) -> int:
   parser = ex.experiment_parser(__doc__.splitlines()[0],
                                 "results/experiments_paper")
+  parser.add_argument("--verify", type=int, default=0, metavar="K",
+                      help="recompute K finished runs and compare them with "
+                      "their records (nothing is written)")
   parser.add_argument("--max_rows", type=int, default=None,
                       help="rows per decode call (an accelerator takes more)")
   parser.add_argument("--max_minutes", type=float, default=None,
@@ -333,6 +363,12 @@ def main(argv=None) -> int:
   deadline = (time.time() + 60 * args.max_minutes if args.max_minutes
               else float("inf"))
   out = pathlib.Path(args.out)
+  if args.verify:
+    result = verify(str(out / "runs.jsonl"), budget, args.seed, args.verify)
+    print(json.dumps(result))
+    print(f"experiments_paper --verify: {result['identical']} of "
+          f"{result['checked']} recomputed runs identical to their records")
+    return 0 if result["identical"] == result["checked"] else 1
   out.mkdir(parents=True, exist_ok=True)
   runs = plan(budget)
   def one(translator, run):

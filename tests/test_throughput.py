@@ -4,6 +4,9 @@
   and decoding over a growing cache (`loop.CacheGrowth`) give the same
   tokens and log-probabilities, bit for bit, as the per-row write and the
   full cache.
+* Decoding that drops ended rows between segments (`compaction`) gives the
+  same samples as decoding every row to the end, and decodes fewer
+  row-steps.
 * Experiment runs recomputed now equal what the code before the speedups
   computed for them.
 * The nested sample sets of the paper-power experiments are exact: a
@@ -21,6 +24,9 @@ import numpy as np
 import pytest
 
 from arithmetic_decoding import arithmetic_sample
+from arithmetic_decoding.compaction import (Compaction, assign_model_rows,
+                                            copy_rows, keep_rows,
+                                            sample_compacted)
 from arithmetic_decoding.loop import CacheGrowth
 from arithmetic_decoding.methods import Method
 from arithmetic_decoding.models import T5
@@ -201,6 +207,20 @@ def test_experiments_paper_quick_run(tmp_path):
   assert summary["runs"] == {"done": 10, "planned": 10}
   for name in ("fig2.png", "fig3.png", "fig4.png", "experiments.md"):
     assert (tmp_path / name).stat().st_size > 0
+  # --verify recomputes runs and finds them equal; a changed record is not.
+  verify = subprocess.run(cmd + ["--verify", "3"], capture_output=True,
+                          text=True, timeout=900)
+  assert verify.returncode == 0, verify.stderr[-3000:]
+  assert "3 of 3 recomputed runs identical" in verify.stdout
+  lines = (tmp_path / "runs.jsonl").read_text().splitlines()
+  first = json.loads(lines[0])
+  first["tokens"] += 1
+  (tmp_path / "runs.jsonl").write_text(
+      "\n".join([json.dumps(first)] + lines[1:]) + "\n")
+  verify = subprocess.run(cmd + ["--verify", "1"], capture_output=True,
+                          text=True, timeout=900)
+  assert verify.returncode == 1
+  assert "0 of 1 recomputed runs identical" in verify.stdout
 
 
 def test_time_minor_cache_equals_t5x_layout(translator):
@@ -218,3 +238,181 @@ def test_time_minor_cache_equals_t5x_layout(translator):
            for model in (t5x_layout, translator.model)]
     np.testing.assert_array_equal(out[0][0], out[1][0])
     np.testing.assert_array_equal(out[0][1], out[1][1])
+
+
+UNSHARED = Compaction(share_prefixes=False)
+
+
+@pytest.mark.parametrize("first,inputs,n,temperature,method,compaction", [
+    (0, 8, 16, 0.5, Method.ARITHMETIC, UNSHARED),   # 128 rows -> 64
+    (0, 8, 16, 0.5, Method.ARITHMETIC, Compaction()),
+    (30, 4, 32, 0.5, Method.ANCESTRAL, Compaction(4, 4, share_prefixes=False)),
+    (30, 4, 32, 0.5, Method.ANCESTRAL, Compaction(4, 4)),
+    (10, 16, 8, 0.0, Method.GREEDY, Compaction()),
+    (200, 24, 2, 0.8, Method.ARITHMETIC, Compaction()),  # 48 rows: none
+    (7, -4, 32, 0.2, Method.ARITHMETIC, Compaction()),  # one verse x 4
+    pytest.param(60, 8, 64, 0.5, Method.ARITHMETIC, UNSHARED,
+                 marks=pytest.mark.slow),                # 512 rows
+    pytest.param(60, 8, 64, 0.5, Method.ARITHMETIC, Compaction(),
+                 marks=pytest.mark.slow),
+    pytest.param(90, 25, 20, 0.3, Method.ARITHMETIC, UNSHARED,
+                 marks=pytest.mark.slow),                # groups of 20
+    pytest.param(90, 25, 20, 0.3, Method.ARITHMETIC, Compaction(),
+                 marks=pytest.mark.slow),
+    pytest.param(7, 1, 128, 0.1, Method.ARITHMETIC, Compaction(16, 8),
+                 marks=pytest.mark.slow),                # one group
+    pytest.param(115, -8, 64, 0.1, Method.ARITHMETIC, Compaction(),
+                 marks=pytest.mark.slow),                # one verse x 8
+    pytest.param(115, -8, 64, 0.5, Method.ANCESTRAL, Compaction(),
+                 marks=pytest.mark.slow),
+])
+def test_compacted_sampling_gives_the_same_bits(translator, first, inputs, n,
+                                                temperature, method,
+                                                compaction):
+  """Against the one-program decode of every row over the full cache
+  (`inputs` < 0: one verse repeated -inputs times, as Figs. 3-4 call)."""
+  test = load_split("test")
+  sources = ([test[first].source] * -inputs if inputs < 0 else
+             [v.source for v in test[first:first + inputs]])
+  inputs = len(sources)
+  tokens = translator.encode(sources)
+  key = jax.random.PRNGKey(first)
+  whole = _decode(translator.params, tokens, key, jnp.float32(temperature),
+                  None, model=translator.model, method=method, num_decodes=n,
+                  length=translator.max_decode_len, grow_cache=False)
+  stats = {}
+  dropped = sample_compacted(
+      translator.model, translator.params, tokens, method=method, eos_id=1,
+      key=key, num_decodes=n, max_decode_len=translator.max_decode_len,
+      temperature=temperature, compaction=compaction, stats=stats)
+  for a, b in zip(whole, dropped):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  steps = np.asarray(whole[0]).shape[-1] - np.sum(
+      np.asarray(whole[0]) == 0, axis=-1)  # tokens up to EOS, [B, N]
+  longest = int(steps.max())
+  # The loop without compaction steps every row until the longest ends.
+  rows = inputs * n
+  sample_steps = stats.get("sample_row_steps", stats["row_steps"])
+  if rows >= 2 * compaction.min_rows and method is not Method.GREEDY:
+    assert sample_steps < rows * longest
+  assert sample_steps >= int(steps.sum())
+  if compaction.share_prefixes and rows >= compaction.min_rows:
+    # the model runs once per distinct prefix: never more than per sample
+    assert stats["row_steps"] <= sample_steps
+
+
+def test_prefix_sharing_runs_the_model_once_per_prefix(translator):
+  """One verse x 8 x 64 samples at T = 0.1: the model's row-steps are a
+  fraction of the samples' (they share most prefixes), and at least the
+  distinct prefixes the samples hold (counted here from the tokens)."""
+  tokens = translator.encode([load_split("test")[7].source] * 8)
+  stats = {}
+  out = sample_compacted(
+      translator.model, translator.params, tokens, method="arithmetic",
+      eos_id=1, key=jax.random.PRNGKey(3), num_decodes=64,
+      max_decode_len=translator.max_decode_len, temperature=0.1,
+      stats=stats)
+  samples = np.asarray(out[0]).reshape(512, -1)
+  prefixes = set()
+  for row in samples:
+    end = int(np.argmax(row == 1)) + 1 if (row == 1).any() else row.size
+    prefixes.update(tuple(row[:t]) for t in range(end))  # fed at step t
+  assert stats["row_steps"] >= len(prefixes)
+  assert stats["row_steps"] * 3 < stats["sample_row_steps"]
+
+
+def _assign_reference(owner, token, ended, groups, model_rows):
+  """assign_model_rows in plain Python: rows of one (model row, token)
+  share; the first of each keeps going; the first per model row keeps it;
+  others take the lowest free model rows of their group, in row order."""
+  per, m = owner.size // groups, model_rows // groups
+  new_owner, need, splits = owner.copy(), [], []
+  for g in range(groups):
+    rows = range(g * per, (g + 1) * per)
+    leaders, kept = {}, set()
+    for r in rows:
+      if not ended[r] and (owner[r], token[r]) not in leaders:
+        leaders[owner[r], token[r]] = r
+    keepers = {}
+    for (o, _), r in sorted(leaders.items(), key=lambda kv: kv[1]):
+      keepers.setdefault(o, r)
+    kept = set(keepers)
+    free = [x for x in range(g * m, (g + 1) * m) if x not in kept]
+    row_of = {}
+    for key, r in sorted(leaders.items(), key=lambda kv: kv[1]):
+      if keepers[key[0]] == r:
+        row_of[key] = key[0]
+      else:
+        row_of[key] = free.pop(0)
+        splits.append((row_of[key], key[0]))
+    for r in rows:
+      if not ended[r]:
+        new_owner[r] = row_of[owner[r], token[r]]
+    need.append(len(leaders))
+  return new_owner, need, splits
+
+
+def test_assign_model_rows_matches_a_reference():
+  rng = np.random.RandomState(0)
+  for _ in range(60):
+    groups, per = rng.randint(1, 4), rng.randint(1, 12)
+    m = per + rng.randint(0, 3)
+    owner = (rng.randint(0, max(1, m // 2), groups * per) +
+             np.repeat(np.arange(groups) * m, per))
+    token = rng.randint(1, 4, groups * per)
+    ended = rng.rand(groups * per) < 0.3
+    new, need, (to, frm, count) = assign_model_rows(
+        jnp.asarray(owner), jnp.asarray(token), jnp.asarray(ended), groups,
+        groups * m)
+    ref_owner, ref_need, ref_splits = _assign_reference(
+        owner, token, ended, groups, groups * m)
+    live = ~ended
+    np.testing.assert_array_equal(np.asarray(new)[live], ref_owner[live])
+    assert np.asarray(need).tolist() == ref_need
+    got = list(zip(np.asarray(to)[:int(count)].tolist(),
+                   np.asarray(frm)[:int(count)].tolist()))
+    assert sorted(got) == sorted(ref_splits)
+
+
+def test_copy_rows_copies_only_the_listed_rows():
+  cache = {"a": jnp.arange(40.0).reshape(20, 2)}
+  to = jnp.array([3, 7, 19, 0, 0, 0, 0, 0, 0, 0, 5, 0], jnp.int32)
+  frm = jnp.array([1, 1, 2, 0, 0, 0, 0, 0, 0, 0, 4, 0], jnp.int32)
+  for count in (0, 3, 11):
+    out = np.asarray(copy_rows(cache, to, frm, jnp.int32(count))["a"])
+    want = np.arange(40.0).reshape(20, 2)
+    for t, f in list(zip(to.tolist(), frm.tolist()))[:count]:
+      want[t] = np.arange(40.0).reshape(20, 2)[f]
+    np.testing.assert_array_equal(out, want)
+
+
+def test_keep_rows_keeps_every_decoding_row():
+  rng = np.random.RandomState(0)
+  for _ in range(200):
+    groups, per_group = rng.randint(1, 6), rng.randint(1, 40)
+    ended = rng.rand(groups * per_group) < rng.rand()
+    multiple, least = rng.randint(1, 9), rng.randint(1, per_group + 1)
+    take = keep_rows(ended, groups, multiple, least)
+    keep = take.size // groups
+    assert take.size == groups * keep and least <= keep <= per_group
+    # every decoding row is kept, each in its own group, in order
+    assert set(np.flatnonzero(~ended)) <= set(take.tolist())
+    assert (take.reshape(groups, keep) // per_group ==
+            np.arange(groups)[:, None]).all()
+    assert len(set(take.tolist())) == take.size
+
+
+def test_compaction_arguments_are_checked(translator):
+  with pytest.raises(ValueError, match="segment_steps"):
+    Compaction(segment_steps=0)
+  with pytest.raises(ValueError, match="multiple"):
+    Compaction(multiple=-1)
+  tokens = translator.encode(["In the beginning."])
+  common = dict(eos_id=1, key=jax.random.PRNGKey(0), num_decodes=2,
+                max_decode_len=8, temperature=0.5)
+  with pytest.raises(TypeError, match="compaction"):
+    sample_compacted(translator.model, translator.params, tokens,
+                     method="arithmetic", compaction=8, **common)
+  with pytest.raises(ValueError, match="method"):
+    sample_compacted(translator.model, translator.params, tokens,
+                     method="beam", **common)

@@ -252,7 +252,8 @@ class EncoderDecoderModel:
     cross = self.module.apply({"params": params}, encoded, method=T5.cross_kv)
     return {"cross": cross, "mask": jnp.take(context["mask"], inputs, axis=0)}
 
-  def step_fn(self, params, context, lockstep: bool = False):
+  def step_fn(self, params, context, lockstep: bool = False,
+              group_rows=None):
     """The T5X-protocol `tokens_to_logits` over the rows of `row_context`.
 
     Rows may sit at different positions (T5X's `initial_index`). With
@@ -262,6 +263,10 @@ class EncoderDecoderModel:
     length limit lags and its unused logits are computed at the leaders'
     position. Then the cache is written by one slice update instead of a
     scatter per row (the same values, bit for bit).
+
+    `group_rows` (PER_INPUT): the rows per input the context was made for,
+    when fewer are decoded (`compaction` drops ended rows); cross-attention
+    then runs at its original shape, keeping every row's bits.
     """
     cross = context["cross"] if "cross" in context else context["encoded"]
 
@@ -269,7 +274,7 @@ class EncoderDecoderModel:
       index = jnp.max(state.cur_index) if lockstep else state.cur_index
       return self.module.apply({"params": params}, cross, context["mask"],
                                state.cur_token, index, state.cache,
-                               method=T5.decode_step)
+                               group_rows, method=T5.decode_step)
 
     return tokens_to_logits
 

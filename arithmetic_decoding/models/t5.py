@@ -252,9 +252,10 @@ class DecoderLayer(nn.Module):
     return {"key": keys, "value": values}
 
   def __call__(self, x, self_bias, cross, cross_bias, cache=None,
-               write_at=None):
+               write_at=None, group_rows=None):
     """x [B, T, D] (T = 1 with a cache); write_at int [B]: each row's slot,
-    or int []: one slot for all rows (< the cache's slots).
+    or int []: one slot for all rows (< the cache's slots); group_rows: see
+    `_grouped_attention`.
 
     `cross` is either the encoded input [B, S, D] (its keys and values are
     projected here, at every call, as T5X does) or this layer's projected
@@ -298,7 +299,8 @@ class DecoderLayer(nn.Module):
                                 cached=cache is not None and self.time_minor)
     h = self.pre_cross_attention_norm(x)
     if isinstance(cross, Mapping):
-      x = x + _grouped_attention(self.cross_attention, h, cross, cross_bias)
+      x = x + _grouped_attention(self.cross_attention, h, cross, cross_bias,
+                                 group_rows)
     else:
       enc_keys, enc_values = self.cross_attention.project_kv(cross)
       x = x + self.cross_attention(h, enc_keys, enc_values, cross_bias)
@@ -306,22 +308,33 @@ class DecoderLayer(nn.Module):
     return x, new_cache
 
 
-def _grouped_attention(attention: Attention, h, kv, bias):
+def _grouped_attention(attention: Attention, h, kv, bias, group_rows=None):
   """Rows attend to their group's keys/values: h [G*r, T, D], kv [G, S, H, K].
 
   The r rows of a group (r * T queries) become the query axis of one
   attention over the group's keys, so the keys and values are read once
   per group, never copied per row: [G*r, T, D] -> [G, r*T, D] -> attention
   -> [G*r, T, D].
+
+  `group_rows` (static, >= r): run the attention as if each group had that
+  many rows (zero rows appended, their outputs dropped). Decoding that
+  drops ended rows (`compaction`) passes the group size it started with:
+  XLA:CPU picks its dot kernel by shape, so each row's output keeps the
+  same bits as among all rows.
   """
   rows, length, d = h.shape
   groups = kv["key"].shape[0]
   if rows % groups:
     raise ValueError(f"{rows} rows do not form groups of the {groups} inputs' "
                      "cross-attention keys/values (rows must be a multiple).")
-  grouped = h.reshape(groups, (rows // groups) * length, d)
+  per_group = rows // groups
+  grouped = h.reshape(groups, per_group * length, d)
+  if group_rows is not None and group_rows > per_group:
+    # [G, r*T, D] -> [G, group_rows*T, D]
+    grouped = jnp.pad(grouped,
+                      ((0, 0), (0, (group_rows - per_group) * length), (0, 0)))
   out = attention(grouped, kv["key"], kv["value"], bias)
-  return out.reshape(rows, length, d)
+  return out[:, :per_group * length].reshape(rows, length, d)
 
 
 def _padding_bias(key_mask: jax.Array) -> jax.Array:
@@ -402,7 +415,8 @@ class T5(nn.Module):
     return {f"layer_{i}": layer.cross_kv(encoded)
             for i, layer in enumerate(self.decoder_layers)}
 
-  def decode_step(self, cross, encoder_mask, cur_token, cur_index, cache):
+  def decode_step(self, cross, encoder_mask, cur_token, cur_index, cache,
+                  group_rows=None):
     """One cached step: cur_token [B, 1] at positions cur_index [B] (or one
     position [] for all rows, as T5X's beam search passes it: then the
     cache is written by one slice update and the position bias computed
@@ -432,7 +446,8 @@ class T5(nn.Module):
       name = f"layer_{i}"
       layer_cross = cross[name] if isinstance(cross, Mapping) else cross
       x, new_cache[name] = layer(x, self_bias, layer_cross, cross_bias,
-                                 cache=cache[name], write_at=cur_index)
+                                 cache=cache[name], write_at=cur_index,
+                                 group_rows=group_rows)
     return self._logits(x)[:, 0, :], new_cache
 
   def __call__(self, encoder_tokens, decoder_input_tokens):
