@@ -223,7 +223,10 @@ def summarize(result: dict) -> dict:
              for m in ("arithmetic", "ancestral", "greedy", "greedy_unshared")
              if any(name.split()[0] == m for name in result["configs"])}
   samplers = _totals(result["configs"], "a")  # arithmetic + ancestral
-  return {"samplers": samplers, **methods}
+  per_config = {name: round(r["tokens"] / r["seconds"], 1)
+                for name, r in result["configs"].items()}
+  return {"samplers": samplers, **methods, "tokens_per_s_by_config":
+          per_config}
 
 
 def main(argv=None) -> int:
