@@ -1,0 +1,129 @@
+"""Where a decode step's time goes on the embedded En->Fr model.
+
+    python scripts/profile_step.py            # about 2 minutes
+
+Times, each compiled and the best of 3 (steps inside one program, the cache
+donated so that it is updated in place as in the decode loop):
+  * the model's step (`EncoderDecoderModel.step_fn`, lockstep, time-minor
+    cache, per-input cross-attention) for R rows over a cache of S slots;
+  * the samplers' draws on [R, 8000] logits: arithmetic sampling's
+    categorical step (`categorical.arithmetic_step`) and ancestral
+    sampling's Gumbel-max draw with one key per row (`jax.random.
+    categorical`, as `choosers.Ancestral` draws);
+  * the logits matmul [R, 256] x [256, 8000].
+
+Prints one JSON object and a one-line summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+
+from arithmetic_decoding import categorical
+from arithmetic_decoding.choosers import row_keys
+from arithmetic_decoding.models.encoder_decoder import resize_cache
+from arithmetic_decoding.protocol import DecodingState, expand_cache
+from arithmetic_apps.translation.data import load_split
+from arithmetic_apps.translation.translate import Translator
+
+STEPS = 10  # model steps per timed program
+
+
+def _best(fn, *args, repeats: int = 3) -> float:
+  """Seconds of the fastest of `repeats` calls (after one to compile)."""
+  jax.block_until_ready(fn(*args))
+  best = float("inf")
+  for _ in range(repeats):
+    start = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    best = min(best, time.perf_counter() - start)
+  return best
+
+
+def model_step_ms(translator, rows: int, slots: int) -> float:
+  """Milliseconds of one model step for `rows` rows over `slots` slots."""
+  model, params = translator.model, translator.params
+  verse = load_split("test")[100].source
+  groups = max(1, rows // 64)
+  tokens = translator.encode([verse] * groups)
+  _, cache, context = model.decode_start(params, tokens, slots)
+  row_context = model.row_context(params, context, jnp.arange(rows),
+                                  rows // groups)
+  cache = jax.tree_util.tree_map(
+      lambda x: x + 0.01, resize_cache(expand_cache(cache, rows // groups, 0,
+                                                    False), slots))
+  step = model.step_fn(params, row_context, lockstep=True,
+                       group_rows=rows // groups)
+
+  def run(cache):
+    def body(_, cache):
+      state = DecodingState(
+          cur_index=jnp.full((rows,), slots - 1, jnp.int32),
+          sequences=jnp.zeros((rows, 2), jnp.int32),
+          cur_token=jnp.ones((rows, 1), jnp.int32), cache=cache)
+      return step(state)[1]
+    return jax.lax.fori_loop(0, STEPS, body, cache)
+
+  run = jax.jit(run, donate_argnums=0)
+  cache = run(cache)
+  jax.block_until_ready(cache)
+  best = float("inf")
+  for _ in range(3):
+    start = time.perf_counter()
+    cache = run(cache)
+    jax.block_until_ready(cache)
+    best = min(best, time.perf_counter() - start)
+  return 1e3 * best / STEPS
+
+
+def sampler_ms(rows: int, vocab: int) -> dict:
+  logits = jax.random.normal(jax.random.PRNGKey(0), (rows, vocab)) / 0.5
+  codes = jax.random.uniform(jax.random.PRNGKey(1), (rows,))
+  arithmetic = jax.jit(lambda x, c: categorical.arithmetic_step(x, c).token)
+  keys = row_keys(jax.random.PRNGKey(2), jnp.arange(rows))
+  ancestral = jax.jit(jax.vmap(jax.random.categorical))
+  x = jax.random.normal(jax.random.PRNGKey(3), (rows, 256))
+  w = jax.random.normal(jax.random.PRNGKey(4), (256, vocab))
+  matmul = jax.jit(lambda x, w: x @ w)
+  return {"arithmetic_step_ms": 1e3 * _best(arithmetic, logits, codes),
+          "gumbel_draw_ms": 1e3 * _best(ancestral, keys, logits),
+          "logits_matmul_ms": 1e3 * _best(matmul, x, w)}
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--rows", type=int, nargs="+", default=[64, 128, 256,
+                                                              512])
+  parser.add_argument("--slots", type=int, nargs="+", default=[32, 64, 96])
+  args = parser.parse_args(argv)
+  translator = Translator.load()
+  steps = [{"rows": r, "slots": s,
+            "ms": round(model_step_ms(translator, r, s), 2)}
+           for r in args.rows for s in args.slots]
+  for row in steps:
+    row["us_per_row"] = round(1e3 * row["ms"] / row["rows"], 1)
+  rows = max(args.rows)
+  samplers = {k: round(v, 2) for k, v in sampler_ms(
+      rows, translator.model.config.vocab_size).items()}
+  record = {"model_step": steps, "samplers_rows": rows, **samplers,
+            "backend": jax.default_backend()}
+  print(json.dumps(record))
+  at = [s for s in steps if s["rows"] == rows]
+  print(f"profile_step: {rows} rows: model step "
+        + ", ".join(f"{s['ms']:.1f} ms at {s['slots']} slots" for s in at)
+        + f"; arithmetic step {samplers['arithmetic_step_ms']:.1f} ms, "
+        f"Gumbel draw {samplers['gumbel_draw_ms']:.1f} ms, logits matmul "
+        f"{samplers['logits_matmul_ms']:.1f} ms; per row at 64 slots: "
+        + ", ".join(f"{s['rows']} rows {s['us_per_row']:.0f} us"
+                    for s in steps if s["slots"] == 64))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
