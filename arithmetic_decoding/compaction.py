@@ -61,7 +61,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Any, Optional, Tuple
+from typing import Optional, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -76,8 +76,6 @@ from arithmetic_decoding.loop import (DecodeOptions, LoopInputs, ModelFns,
 from arithmetic_decoding.methods import Method
 from arithmetic_decoding.protocol import SPARE_SLOTS, SamplingLoopState
 from arithmetic_decoding.rows import sort_samples
-
-PyTree = Any
 
 
 @dataclasses.dataclass(frozen=True)
