@@ -85,8 +85,8 @@ class Compaction:
   Attributes:
     segment_steps: loop steps per compiled call; ended rows are dropped
       between calls.
-    multiple: rows kept per input are rounded up to a multiple of this
-      (fewer distinct shapes, fewer compiles).
+    multiple: rows kept per input are rounded up to this times a power
+      of two (fewer distinct shapes, fewer compiles).
     min_rows: never decode fewer rows than this in one call (XLA:CPU picks
       other dot kernels for small batches, which moves last bits); a
       decode of fewer rows runs without compaction or cache growth.
@@ -416,7 +416,7 @@ def keep_rows(ended: np.ndarray, groups: int, multiple: int,
               min_per_group: int) -> np.ndarray:
   """Which live rows the next segment decodes: per group of consecutive
   rows, those not ended first (in order), then ended ones up to a count
-  that is the most of any group rounded up to `multiple` (at least
+  that is the most of any group rounded up to `multiple` x 2^k (at least
   `min_per_group`, at most the group).
 
   >>> keep_rows(np.array([1, 0, 1, 1, 0, 0, 1, 1], bool), 2, 2, 1).tolist()
@@ -427,7 +427,7 @@ def keep_rows(ended: np.ndarray, groups: int, multiple: int,
   per_group = ended.size // groups
   ended = ended.reshape(groups, per_group)
   need = int((~ended).sum(axis=1).max())
-  keep = min(per_group, max(min_per_group, -(-need // multiple) * multiple))
+  keep = _round(need, multiple, min_per_group, per_group)
   # Stable: within a group, decoding rows first in their order, then ended.
   order = np.argsort(ended, axis=1, kind="stable")[:, :keep]
   return (order + per_group * np.arange(groups)[:, None]).reshape(-1)
@@ -542,7 +542,17 @@ def _finish(sequences, log_probs, codes, method, batch, num_decodes):
 
 
 def _round(n: int, multiple: int, least: int, most: int) -> int:
-  return min(most, max(least, -(-n // multiple) * multiple))
+  """The least `multiple` x 2^k >= n, within [least, most]: few distinct
+  row counts, so few compiled programs (each (rows, model rows, cache
+  size) is one).
+
+  >>> [_round(n, 8, 8, 64) for n in (1, 9, 17, 33, 60)]
+  [8, 16, 32, 64, 64]
+  """
+  size = multiple
+  while size < n:
+    size *= 2
+  return min(most, max(least, size))
 
 
 def same_input_runs(encoder_tokens: np.ndarray) -> int:
