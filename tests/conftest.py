@@ -57,3 +57,14 @@ def pytest_configure(config):
       "slow: subprocess multi-device runs, TPU-compiler and mT5-small "
       "compiles, end-to-end runs of the applications (`make test-fast` "
       "leaves them out; `make test` runs them)")
+
+
+# XLA:CPU keeps each compiled program of a process mapped in memory (many
+# mappings per program), and one pytest worker runs many modules: kept all
+# together they reach the kernel's limit on a process's mappings
+# (vm.max_map_count, 65,530 here), and the compiler then segfaults. Every
+# module starts with no compiled programs of the ones before it.
+@pytest.fixture(autouse=True, scope="module")
+def _compiled_programs_per_module():
+  yield
+  jax.clear_caches()
