@@ -59,13 +59,14 @@ PYTEST := $(PY) -m pytest -q -rs --doctest-modules arithmetic_decoding \
   apps/arithmetic_apps tests --ignore=tests/integration_llm
 
 # Two pytest workers, each module on one worker (its module-scoped
-# fixtures, such as the multi-device runs, run once).
+# fixtures, such as the multi-device runs, run once). A worker that crashes
+# ends the run, failed (a restarted worker can leave xdist waiting).
 test: $(VENV)/.test-installed
-	$(PYTEST) -n 2 --dist loadscope
+	$(PYTEST) -n 2 --dist loadscope --max-worker-restart 0
 
 # Two pytest workers (pytest-xdist) and 50 examples per property test.
 test-fast: $(VENV)/.test-installed
-	HYPOTHESIS_PROFILE=fast $(PYTEST) -m "not slow" -n 2
+	HYPOTHESIS_PROFILE=fast $(PYTEST) -m "not slow" -n 2 --max-worker-restart 0
 
 check-results: $(VENV)/.test-installed
 	$(PY) -m pytest -q -rs checks
