@@ -257,8 +257,8 @@ def _rows_must_drop(steps: np.ndarray, classes: int,
   """Whether the rows of `steps` int [B, N] (tokens up to EOS per row),
   decoded in `classes` runs of rows, must lose rows a segment before the
   longest ends: at some step every run's rows still decoding, rounded up
-  to `multiple` x 2^k (at least its share of `min_rows`), are fewer than
-  the run has."""
+  to `multiple` x 2^k or to a multiple of it (`geometric` or not), at
+  least its share of `min_rows`, are fewer than the run has."""
   per_class = steps.reshape(classes, -1)
   least = -(-compaction.min_rows // classes)
   longest = int(steps.max())
@@ -266,7 +266,8 @@ def _rows_must_drop(steps: np.ndarray, classes: int,
     live = int((per_class > step).sum(axis=1).max())
     kept = compaction.multiple
     while kept < live:
-      kept *= 2
+      kept = (2 * kept if compaction.geometric else
+              kept + compaction.multiple)
     if max(kept, least) < per_class.shape[1]:
       return step + compaction.segment_steps + 1 < longest
   return False
@@ -280,6 +281,7 @@ def _rows_must_drop(steps: np.ndarray, classes: int,
     (10, 16, 8, 0.0, Method.GREEDY, Compaction()),
     (200, 24, 2, 0.8, Method.ARITHMETIC, Compaction()),  # 48 rows: none
     (7, -4, 32, 0.2, Method.ARITHMETIC, Compaction()),  # one verse x 4
+    (0, 8, 16, 0.5, Method.ANCESTRAL, Compaction(geometric=False)),
     pytest.param(60, 8, 64, 0.5, Method.ARITHMETIC, UNSHARED,
                  marks=pytest.mark.slow),                # 512 rows
     pytest.param(60, 8, 64, 0.5, Method.ARITHMETIC, Compaction(),
@@ -424,9 +426,16 @@ def test_keep_rows_keeps_every_decoding_row():
     groups, per_group = rng.randint(1, 6), rng.randint(1, 40)
     ended = rng.rand(groups * per_group) < rng.rand()
     multiple, least = rng.randint(1, 9), rng.randint(1, per_group + 1)
-    take = keep_rows(ended, groups, multiple, least)
+    geometric = bool(rng.rand() < 0.5)
+    take = keep_rows(ended, groups, multiple, least, geometric)
     keep = take.size // groups
     assert take.size == groups * keep and least <= keep <= per_group
+    # the group with most rows decoding, rounded up to a count allowed
+    need = int((~ended).reshape(groups, per_group).sum(axis=1).max())
+    counts = ([multiple * 2**j for j in range(8)] if geometric else
+              range(0, per_group + multiple, multiple))
+    rounded = min(k for k in counts if k >= need)
+    assert keep == min(per_group, max(least, rounded))
     # every decoding row is kept, each in its own group, in order
     assert set(np.flatnonzero(~ended)) <= set(take.tolist())
     assert (take.reshape(groups, keep) // per_group ==
