@@ -64,7 +64,7 @@ PYTEST := $(PY) -m pytest -q -rs --doctest-modules arithmetic_decoding \
 test: $(VENV)/.test-installed
 	$(PYTEST) -n 2 --dist loadscope --max-worker-restart 0
 
-# Two pytest workers (pytest-xdist) and 50 examples per property test.
+# Two pytest workers (pytest-xdist) and 25 examples per property test.
 test-fast: $(VENV)/.test-installed
 	HYPOTHESIS_PROFILE=fast $(PYTEST) -m "not slow" -n 2 --max-worker-restart 0
 
