@@ -135,8 +135,8 @@ class _Live:
 def _chooser(method: Method, code_scheme: CodeScheme):
   if method is Method.ARITHMETIC:
     return Arithmetic(code_scheme=code_scheme)
-  if method is Method.ANCESTRAL:
-    return Ancestral()
+  if method is Method.ANCESTRAL:  # rows on one device: pooled candidates
+    return Ancestral(pruned=True)
   if method is Method.GREEDY:  # the arithmetic loop at temperature 0
     return Arithmetic()
   raise ValueError(f"method must be 'arithmetic', 'ancestral' or 'greedy' for "

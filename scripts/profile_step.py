@@ -10,7 +10,13 @@ donated so that it is updated in place as in the decode loop):
     categorical step (`categorical.arithmetic_step`) and ancestral
     sampling's Gumbel-max draw with one key per row (`jax.random.
     categorical`, as `choosers.Ancestral` draws);
-  * the logits matmul [R, 256] x [256, 8000].
+  * the logits matmul [R, 256] x [256, 8000];
+  * the Gumbel-max draw on the model's own logits at T = 0.1, 0.2 and 0.5
+    (R positions picked from 4 test verses' ancestral samples, their
+    teacher-forced logits over the temperature): every token's noise
+    (`jax.random.categorical`) vs only the tokens that can win
+    (`ancestral.categorical_rows`, `Ancestral(pruned=True)`), with the
+    tokens they draw compared.
 
 Prints one JSON object and a one-line summary.
 """
@@ -26,6 +32,7 @@ import jax
 import jax.numpy as jnp
 
 from arithmetic_decoding import categorical
+from arithmetic_decoding.ancestral import categorical_rows
 from arithmetic_decoding.choosers import row_keys
 from arithmetic_decoding.models.encoder_decoder import resize_cache
 from arithmetic_decoding.protocol import DecodingState, expand_cache
@@ -96,6 +103,41 @@ def sampler_ms(rows: int, vocab: int) -> dict:
           "logits_matmul_ms": 1e3 * _best(matmul, x, w)}
 
 
+def model_logits(translator, rows: int, temperature: float) -> jax.Array:
+  """[rows, V] logits / T at positions of the model's own ancestral
+  samples (4 test verses spread over the split)."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  test = load_split("test")
+  verses = [test[int(i)].source
+            for i in np.linspace(0, len(test) - 1, 4).round()]
+  samples = translator.sample(verses, rows // 4, temperature,
+                              jax.random.PRNGKey(5), "ancestral")
+  tokens = np.array([s.tokens for row in samples for s in row])  # [rows, L]
+  inputs = np.pad(tokens[:, :-1], ((0, 0), (1, 0)))  # decoder start 0
+  encoded = translator.encode([v for v in verses for _ in range(rows // 4)])
+  logits = jax.jit(translator.model.logits)(translator.params, encoded,
+                                            jnp.asarray(inputs))
+  # Positions up to each sample's EOS (the steps a decode runs them).
+  length = np.where((tokens == 1).any(-1), (tokens == 1).argmax(-1) + 1,
+                    tokens.shape[1])
+  pick = np.random.default_rng(0).integers(0, length)  # [rows]
+  return logits[np.arange(rows), pick] / temperature
+
+
+def pruned_draw_ms(translator, rows: int) -> dict:
+  keys = row_keys(jax.random.PRNGKey(2), jnp.arange(rows))
+  every = jax.jit(jax.vmap(jax.random.categorical))
+  pruned = jax.jit(categorical_rows)
+  out = {}
+  for t in (0.1, 0.2, 0.5):
+    x = model_logits(translator, rows, t)
+    out[f"T={t}"] = {
+        "every_token_ms": round(1e3 * _best(every, keys, x), 2),
+        "pruned_ms": round(1e3 * _best(pruned, keys, x), 2),
+        "same_tokens": bool((every(keys, x) == pruned(keys, x)).all())}
+  return out
+
+
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--rows", type=int, nargs="+", default=[64, 128, 256,
@@ -112,6 +154,7 @@ def main(argv=None) -> int:
   samplers = {k: round(v, 2) for k, v in sampler_ms(
       rows, translator.model.config.vocab_size).items()}
   record = {"model_step": steps, "samplers_rows": rows, **samplers,
+            "gumbel_draw_model_logits": pruned_draw_ms(translator, rows),
             "backend": jax.default_backend()}
   print(json.dumps(record))
   at = [s for s in steps if s["rows"] == rows]
@@ -119,7 +162,11 @@ def main(argv=None) -> int:
         + ", ".join(f"{s['ms']:.1f} ms at {s['slots']} slots" for s in at)
         + f"; arithmetic step {samplers['arithmetic_step_ms']:.1f} ms, "
         f"Gumbel draw {samplers['gumbel_draw_ms']:.1f} ms, logits matmul "
-        f"{samplers['logits_matmul_ms']:.1f} ms; per row at 64 slots: "
+        f"{samplers['logits_matmul_ms']:.1f} ms; Gumbel draw on the "
+        f"model's logits, every token vs pruned: "
+        + ", ".join(f"{t} {d['every_token_ms']:.1f} vs {d['pruned_ms']:.1f} "
+                    f"ms" for t, d in record["gumbel_draw_model_logits"].items())
+        + "; per row at 64 slots: "
         + ", ".join(f"{s['rows']} rows {s['us_per_row']:.0f} us"
                     for s in steps if s["slots"] == 64))
   return 0

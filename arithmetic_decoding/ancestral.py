@@ -1,0 +1,185 @@
+"""Ancestral draws that pay only for the tokens that can win.
+
+`jax.random.categorical(key, logits)` is the Gumbel-max trick: it draws one
+Gumbel number per token, g_i = -log(-log(u_i)), and returns the first
+token of largest logits_i + g_i. With a vocabulary of V tokens that is V
+threefry hashes and 2V logarithms per row, per step: on a CPU they cost
+more than a small model's step. Yet the noise is bounded: from 23 random
+mantissa bits, no g_i exceeds `GUMBEL_MAX` (15.94, checked over all 2^23
+values in the tests). So a token whose logit is more than `GUMBEL_MAX`
+below the value some other token already reached can never win, and its
+noise need not be drawn at all.
+
+`categorical_rows(keys, logits)` is `jax.vmap(jax.random.categorical)(keys,
+logits)`, bit for bit, computed that way:
+
+1. each row's most likely token j0 gets its noise; its value
+   v0 = logits[j0] + g[j0] is a lower bound on the winning value;
+2. the vocabulary is cut into blocks of 16; a block is a candidate if its
+   largest logit + `GUMBEL_MAX` reaches v0 (no token of any other block
+   can reach it: rounding is monotone, so fl(x + g) <= fl(max_x +
+   GUMBEL_MAX) < v0);
+3. the candidate blocks of all rows are pooled (`jnp.nonzero`, at the
+   smallest of a few fixed capacities that holds them: one compiled
+   branch each, `lax.switch`), their tokens' noise is drawn from the
+   rows' keys at the tokens' own counters (with `jax_threefry_partitionable`,
+   token i's bits depend only on the key and i), and each row's first
+   token of largest value wins, as argmax picks it.
+
+When the candidates exceed the largest capacity (a flat distribution at
+a high temperature), when the logits hold NaN or +inf, or when JAX is set
+to draw differently (another PRNG, `jax_threefry_partitionable` off,
+`jax_high_dynamic_range_gumbel` on, logits not float32), it draws every
+token, as `jax.random.categorical` does.
+
+  >>> keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(
+  ...     jax.random.PRNGKey(0), jnp.arange(3))
+  >>> logits = jnp.log(jnp.array([[.7, .2, .1], [.1, .1, .8], [.5, .5, 0.]]))
+  >>> bool((categorical_rows(keys, logits) ==
+  ...       jax.vmap(jax.random.categorical)(keys, logits)).all())
+  True
+
+On the translator's 8,000-token vocabulary at T = 0.1 a row has 2-5
+candidate tokens (median), at T = 0.5 about 70 (and a tenth of rows
+over 340): the pooled capacities (2, 8, 32 blocks per row on average)
+cover most steps. The pool mixes rows, so under an automatic (GSPMD)
+partitioning of the rows it would need collectives; `Ancestral(pruned=
+True)` uses it where the rows of a call are on one device (the
+translator's compacted decoding), and plain `Ancestral()` keeps the
+per-row draw.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.extend.random import threefry2x32_p
+
+# The largest Gumbel number jax.random draws in float32 ("low" mode):
+# -log(-log(1 - 2^-23)) = 15.942385, rounded up (the tests check every
+# one of the 2^23 mantissas against it).
+GUMBEL_MAX = 15.95
+
+BLOCK = 16
+
+# Pooled candidate blocks, per row on average: one compiled branch each.
+CAPACITIES = (2, 8, 32, 128)
+
+
+def gumbel_from_bits(bits: jax.Array) -> jax.Array:
+  """uint32 bits -> float32 Gumbel noise, as `jax.random.gumbel` makes it
+  from the same bits (float32, "low" mode: a uniform in [tiny, 1) from 23
+  mantissa bits, then -log(-log(u)))."""
+  one = jnp.float32(1.0)
+  tiny = jnp.float32(np.finfo(np.float32).tiny)
+  mantissa = lax.shift_right_logical(bits, jnp.uint32(32 - 23))
+  floats = lax.bitcast_convert_type(
+      lax.bitwise_or(mantissa, jnp.uint32(0x3F800000)), jnp.float32) - one
+  uniform = lax.max(tiny, floats * (one - tiny) + tiny)
+  return -jnp.log(-jnp.log(uniform))
+
+
+def token_bits(key_data: jax.Array, tokens: jax.Array) -> jax.Array:
+  """The 32 random bits `jax.random.bits(key, (V,))[token]` would give,
+  for each key and token alone (`jax_threefry_partitionable`: element i
+  hashes the counter (0, i)).
+
+  key_data uint32 [..., 2] and tokens int [...] (same leading shape) ->
+  uint32 [...].
+  """
+  counters = tokens.astype(jnp.uint32)
+  bits1, bits2 = threefry2x32_p.bind(
+      key_data[..., 0], key_data[..., 1], jnp.zeros_like(counters), counters)
+  return lax.bitwise_xor(bits1, bits2)
+
+
+def pruning_applies(keys: jax.Array, logits: jax.Array) -> bool:
+  """Whether JAX's settings let `categorical_rows` reproduce
+  `jax.random.categorical` from single tokens' bits (static)."""
+  if logits.dtype != jnp.float32 or logits.ndim != 2:
+    return False
+  if not jax.config.jax_threefry_partitionable:
+    return False
+  if jax.config.jax_high_dynamic_range_gumbel:
+    return False
+  if jnp.issubdtype(keys.dtype, jax.dtypes.prng_key):
+    return str(jax.random.key_impl(keys)) == "threefry2x32"
+  return (keys.dtype == jnp.uint32 and keys.shape[-1:] == (2,)
+          and str(jax.config.jax_default_prng_impl) == "threefry2x32")
+
+
+def _every_token(keys, logits):
+  # [R] keys, [R, V] -> [R]
+  return jax.vmap(jax.random.categorical)(keys, logits).astype(jnp.int32)
+
+
+def _pooled(key_data, padded, candidates, *, capacity: int, vocab: int):
+  """The winners among the candidate blocks of all rows, pooled into
+  `capacity` blocks (the caller checked that they fit)."""
+  rows, num_blocks = candidates.shape
+  # [R, NB] -> [C] flat block indices, candidates first (in row order)
+  flat = jnp.nonzero(candidates.reshape(-1), size=capacity, fill_value=0)[0]
+  used = jnp.arange(capacity) < jnp.sum(candidates)
+  row = flat // num_blocks  # [C]
+  # [C] -> [C, BLOCK] token ids
+  token = (flat % num_blocks)[:, None] * BLOCK + jnp.arange(BLOCK)[None, :]
+  logit = padded[row[:, None], token]  # [C, BLOCK]
+  noise = gumbel_from_bits(token_bits(
+      jnp.broadcast_to(key_data[row][:, None, :], (capacity, BLOCK, 2)),
+      token))
+  value = jnp.where(used[:, None] & (token < vocab), noise + logit, -jnp.inf)
+  # Each row's largest value, then its first token (argmax's tie rule).
+  best = jax.ops.segment_max(value.max(axis=-1), row, num_segments=rows)
+  first = jnp.where(value == best[row][:, None], token, vocab)
+  return jax.ops.segment_min(first.min(axis=-1), row,
+                             num_segments=rows).astype(jnp.int32)
+
+
+def categorical_rows(keys: jax.Array, logits: jax.Array,
+                     capacities: Sequence[int] = CAPACITIES) -> jax.Array:
+  """One token per row, `jax.vmap(jax.random.categorical)(keys, logits)`
+  bit for bit, drawing noise only for tokens that can win (module doc).
+
+  Args:
+    keys: [R] PRNG keys (raw uint32 [R, 2] or typed), one per row.
+    logits: float [R, V] unnormalised log-probabilities.
+    capacities: pooled candidate blocks per row on average, ascending: one
+      compiled branch each, the smallest that holds the candidates runs.
+
+  Returns:
+    int32 [R] tokens.
+  """
+  if not pruning_applies(keys, logits):
+    return _every_token(keys, logits)
+  rows, vocab = logits.shape
+  key_data = (jax.random.key_data(keys)
+              if jnp.issubdtype(keys.dtype, jax.dtypes.prng_key) else keys)
+  num_blocks = -(-vocab // BLOCK)
+  # [R, V] -> [R, NB * BLOCK], padded with -inf (never a candidate)
+  padded = jnp.pad(logits, ((0, 0), (0, num_blocks * BLOCK - vocab)),
+                   constant_values=-jnp.inf)
+  block_max = padded.reshape(rows, num_blocks, BLOCK).max(axis=-1)  # [R, NB]
+  top = jnp.argmax(logits, axis=-1)  # [R]
+  top_value = (jnp.take_along_axis(logits, top[:, None], axis=-1)[:, 0]
+               + gumbel_from_bits(token_bits(key_data, top)))  # [R]
+  candidates = block_max + jnp.float32(GUMBEL_MAX) >= top_value[:, None]
+  caps = sorted({min(int(c) * rows, rows * num_blocks) for c in capacities
+                 if int(c) * rows < rows * num_blocks})
+  # NaN or +inf anywhere (argmax finds them first, as it does in the full
+  # draw; a max reduction may not propagate NaN): argmax's rules for them,
+  # by the full draw.
+  irregular = jnp.any(jnp.isnan(top_value) | (top_value == jnp.inf))
+  count = jnp.sum(candidates)
+  branch = jnp.where(irregular, len(caps),
+                     jnp.searchsorted(jnp.array(caps, jnp.int32), count))
+  branches = [
+      lambda kd, p, c, k, x, cap=cap: _pooled(kd, p, c, capacity=cap,
+                                              vocab=vocab)
+      for cap in caps]
+  branches.append(lambda kd, p, c, k, x: _every_token(k, x))
+  return lax.switch(branch, branches, key_data, padded, candidates, keys,
+                    logits)

@@ -1,0 +1,155 @@
+"""`ancestral.categorical_rows` against `jax.random.categorical`, bit for bit.
+
+The pruned draw skips the noise of tokens that cannot win; every token it
+returns must be the one `jax.vmap(jax.random.categorical)` returns for the
+same keys and logits, on every branch (each pooled capacity and the full
+draw), with ties, -inf, NaN and +inf, odd vocabularies, typed keys and
+JAX settings that rule the pruning out.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from arithmetic_decoding import ancestral
+from arithmetic_decoding.ancestral import (BLOCK, CAPACITIES, GUMBEL_MAX,
+                                           categorical_rows, gumbel_from_bits,
+                                           token_bits)
+
+_reference = jax.jit(lambda keys, x: jax.vmap(jax.random.categorical)(keys, x))
+_pruned = jax.jit(categorical_rows)
+
+
+def _keys(seed, rows):
+  return jax.vmap(jax.random.fold_in, in_axes=(None, 0))(
+      jax.random.PRNGKey(seed), jnp.arange(rows))
+
+
+def _branch(keys, logits):
+  """Which branch categorical_rows takes, recomputed here in numpy from
+  jax.random's own noise: the index among the capacities, or "full"."""
+  x = np.asarray(logits)
+  rows, vocab = x.shape
+  noise = np.asarray(jax.vmap(lambda k: jax.random.gumbel(k, (vocab,)))(keys))
+  top = x.argmax(axis=1)
+  top_value = (x[np.arange(rows), top] + noise[np.arange(rows), top]).astype(
+      np.float32)
+  blocks = -(-vocab // BLOCK)
+  padded = np.full((rows, blocks * BLOCK), -np.inf, np.float32)
+  padded[:, :vocab] = x
+  block_max = padded.reshape(rows, blocks, BLOCK).max(axis=2)
+  if np.isnan(block_max).any() or (block_max == np.inf).any():
+    return "full"
+  count = int((block_max + np.float32(GUMBEL_MAX) >= top_value[:, None]).sum())
+  caps = sorted({c * rows for c in CAPACITIES if c * rows < rows * blocks})
+  for i, cap in enumerate(caps):
+    if count <= cap:
+      return i
+  return "full"
+
+
+def test_gumbel_bound_holds_for_every_mantissa():
+  # All 2^23 uniforms jax.random can draw in float32: the noise never
+  # exceeds GUMBEL_MAX and never decreases with the bits.
+  bits = (jnp.arange(2**23, dtype=jnp.uint32) << 9) | jnp.uint32(0x1FF)
+  noise = np.asarray(jax.jit(gumbel_from_bits)(bits))
+  assert noise.max() <= GUMBEL_MAX
+  assert noise.max() == np.float32(15.942385)
+  assert (np.diff(noise) >= 0).all()
+
+
+@pytest.mark.parametrize("vocab", [1, 2, 17, 8000])
+def test_noise_and_bits_are_jax_randoms(vocab):
+  key = jax.random.PRNGKey(vocab)
+  bits = jax.random.bits(key, (vocab,))
+  tokens = jnp.arange(vocab)
+  np.testing.assert_array_equal(
+      token_bits(jnp.broadcast_to(key, (vocab, 2)), tokens), bits)
+  np.testing.assert_array_equal(gumbel_from_bits(bits),
+                                jax.random.gumbel(key, (vocab,)))
+
+
+def _case(rng, rows, vocab, scale, kind):
+  x = (rng.standard_normal((rows, vocab)) * scale).astype(np.float32)
+  if kind == "neg_inf":
+    x[rng.random((rows, vocab)) < 0.7] = -np.inf
+    x[:, 0] = np.where(np.isfinite(x).any(axis=1), x[:, 0], 1.0)
+  elif kind == "ties":
+    x = np.round(x / scale) * scale  # many equal logits
+  elif kind == "one_hot":
+    x = np.full((rows, vocab), -np.inf, np.float32)
+    x[np.arange(rows), rng.integers(0, vocab, rows)] = 0.0
+  elif kind == "irregular":
+    x[rng.integers(0, rows), rng.integers(0, vocab)] = rng.choice(
+        [np.nan, np.inf])
+  elif kind == "all_neg_inf_row":
+    x[rng.integers(0, rows)] = -np.inf
+  return x
+
+
+KINDS = ("plain", "neg_inf", "ties", "one_hot", "irregular", "all_neg_inf_row")
+
+
+def test_equals_jax_random_categorical_on_every_branch():
+  rng = np.random.default_rng(0)
+  branches = set()
+  for trial in range(90):
+    rows = int(rng.choice([1, 8, 33]))
+    vocab = int(rng.choice([2, 16, 17, 1000, 4099]))
+    scale = float(rng.choice([0.3, 2.0, 8.0, 30.0, 200.0]))
+    kind = KINDS[trial % len(KINDS)]
+    x = jnp.asarray(_case(rng, rows, vocab, scale, kind))
+    keys = _keys(trial, rows)
+    branches.add(_branch(keys, x))
+    np.testing.assert_array_equal(
+        _pruned(keys, x), _reference(keys, x),
+        err_msg=f"rows={rows} vocab={vocab} scale={scale} kind={kind}")
+  # A sweep of scales that walks through every branch at V = 4099.
+  for scale in (1.0, 6.0, 7.0, 8.0, 10.0, 12.0, 20.0, 40.0, 100.0):
+    x = jnp.asarray(rng.standard_normal((8, 4099)).astype(np.float32) * scale)
+    keys = _keys(int(scale), 8)
+    branches.add(_branch(keys, x))
+    np.testing.assert_array_equal(_pruned(keys, x), _reference(keys, x))
+  # Every pooled capacity and the full draw were exercised.
+  assert branches == {0, 1, 2, 3, "full"}, branches
+
+
+def test_large_rows_at_the_translators_shape():
+  # 512 rows of 8,000 tokens, peaked (pooled) and flat (full draw).
+  rng = np.random.default_rng(1)
+  keys = _keys(7, 512)
+  for scale, pooled in ((40.0, True), (1.0, False)):
+    x = jnp.asarray(rng.standard_normal((512, 8000)).astype(np.float32)
+                    * scale)
+    assert (_branch(keys, x) != "full") == pooled
+    np.testing.assert_array_equal(_pruned(keys, x), _reference(keys, x))
+
+
+def test_typed_keys_and_settings_that_rule_pruning_out():
+  rng = np.random.default_rng(2)
+  x = jnp.asarray(rng.standard_normal((8, 300)).astype(np.float32) * 20)
+  typed = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(
+      jax.random.key(3), jnp.arange(8))
+  assert ancestral.pruning_applies(typed, x)
+  rbg = jax.random.split(jax.random.key(3, impl="rbg"), 8)
+  assert not ancestral.pruning_applies(rbg, x)
+  np.testing.assert_array_equal(categorical_rows(rbg, x), _reference(rbg, x))
+  np.testing.assert_array_equal(categorical_rows(typed, x),
+                                _reference(typed, x))
+  raw = _keys(3, 8)
+  assert not ancestral.pruning_applies(raw, x.astype(jnp.bfloat16))
+  np.testing.assert_array_equal(
+      categorical_rows(raw, x.astype(jnp.bfloat16)),
+      _reference(raw, x.astype(jnp.bfloat16)))
+  with jax.threefry_partitionable(False):
+    assert not ancestral.pruning_applies(raw, x)
+    np.testing.assert_array_equal(categorical_rows(raw, x),
+                                  jax.vmap(jax.random.categorical)(raw, x))
+  jax.config.update("jax_high_dynamic_range_gumbel", True)
+  try:
+    assert not ancestral.pruning_applies(raw, x)
+    np.testing.assert_array_equal(categorical_rows(raw, x),
+                                  jax.vmap(jax.random.categorical)(raw, x))
+  finally:
+    jax.config.update("jax_high_dynamic_range_gumbel", False)
