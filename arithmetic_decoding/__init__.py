@@ -13,6 +13,8 @@ Modules, in reading order (codes -> one step -> loop -> rows -> sharding):
                 the checked model call
   choosers      how a step picks a token: Arithmetic (which makes its own
                 codes), Ancestral, TeacherForced, Greedy
+  ancestral     jax.random.categorical's draw, noise only for tokens that
+                can win (`Ancestral(pruned=True)`)
   loop          T5X's sampling loop with a pluggable chooser
   rows          B inputs x N decodes as B*N independent rows
   calls         T5X's signature -> one validated record; jit or trace

@@ -16,7 +16,7 @@ donated so that it is updated in place as in the decode loop):
     teacher-forced logits over the temperature): every token's noise
     (`jax.random.categorical`) vs only the tokens that can win
     (`ancestral.categorical_rows`, `Ancestral(pruned=True)`), with the
-    tokens they draw compared.
+    tokens they draw compared, and how many tokens per row can win.
 
 Prints one JSON object and a one-line summary.
 """
@@ -30,9 +30,10 @@ import time
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from arithmetic_decoding import categorical
-from arithmetic_decoding.ancestral import categorical_rows
+from arithmetic_decoding.ancestral import GUMBEL_MAX, categorical_rows
 from arithmetic_decoding.choosers import row_keys
 from arithmetic_decoding.models.encoder_decoder import resize_cache
 from arithmetic_decoding.protocol import DecodingState, expand_cache
@@ -106,7 +107,6 @@ def sampler_ms(rows: int, vocab: int) -> dict:
 def model_logits(translator, rows: int, temperature: float) -> jax.Array:
   """[rows, V] logits / T at positions of the model's own ancestral
   samples (4 test verses spread over the split)."""
-  import numpy as np  # pylint: disable=g-import-not-at-top
   test = load_split("test")
   verses = [test[int(i)].source
             for i in np.linspace(0, len(test) - 1, 4).round()]
@@ -131,7 +131,14 @@ def pruned_draw_ms(translator, rows: int) -> dict:
   out = {}
   for t in (0.1, 0.2, 0.5):
     x = model_logits(translator, rows, t)
+    # Tokens that can win: logit + GUMBEL_MAX >= the top token's value.
+    noise = jax.vmap(lambda k: jax.random.gumbel(k, (x.shape[1],)))(keys)
+    top = jnp.argmax(x, axis=-1)
+    value = jnp.take_along_axis(x + noise, top[:, None], axis=-1)
+    count = np.asarray(jnp.sum(x + GUMBEL_MAX >= value, axis=-1))
     out[f"T={t}"] = {
+        "candidate_tokens_median": float(np.median(count)),
+        "candidate_tokens_p90": float(np.percentile(count, 90)),
         "every_token_ms": round(1e3 * _best(every, keys, x), 2),
         "pruned_ms": round(1e3 * _best(pruned, keys, x), 2),
         "same_tokens": bool((every(keys, x) == pruned(keys, x)).all())}
