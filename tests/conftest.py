@@ -17,6 +17,8 @@ import jax  # noqa: E402
 import pytest
 from hypothesis import HealthCheck, settings
 
+from arithmetic_apps import programs
+
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
 settings.register_profile(
@@ -59,30 +61,12 @@ def pytest_configure(config):
       "leaves them out; `make test` runs them)")
 
 
-# XLA:CPU keeps each compiled program of a process mapped in memory (many
-# mappings per program), and one pytest worker runs many modules: kept all
-# together they reach the kernel's limit on a process's mappings
-# (vm.max_map_count, 65,530 here), and the compiler then segfaults. After
-# any test that leaves the process above MAX_MAPPINGS, the compiled programs
-# are cleared; below it they are kept, so tests that run the same programs
-# (the translator's, at the same shapes) compile them once. No single test
-# adds more than a few thousand mappings. Where /proc/self/maps cannot be
-# read, programs are cleared after every test.
-MAX_MAPPINGS = 20_000
-
-
-def _mappings() -> int:
-  """This process's memory mappings, or -1 where they cannot be read."""
-  try:
-    with open("/proc/self/maps", "rb") as maps:
-      return sum(1 for _ in maps)
-  except OSError:
-    return -1
-
-
+# XLA:CPU keeps each compiled program of a process mapped in memory, and
+# one pytest worker runs many modules: after any test that leaves the
+# process above `programs.MAX_MAPPINGS` mappings the compiled programs are
+# cleared; below it they are kept, so tests that run the same programs (the
+# translator's, at the same shapes) compile them once.
 @pytest.fixture(autouse=True)
 def _compiled_programs_kept_in_bounds():
   yield
-  count = _mappings()
-  if count < 0 or count > MAX_MAPPINGS:
-    jax.clear_caches()
+  programs.release_if_many()

@@ -173,6 +173,30 @@ def test_nested_samples_come_back_in_code_order(translator):
   assert len(iid[0]) == 8 and len({s.code for s in iid[0]}) == 8
 
 
+def test_stratified_depth_counts_prefixes_above_one_over_n(translator):
+  """The depth's teacher-forced prefix log-probabilities end at each
+  sample's own tempered log-probability (the decoder's), and the
+  depth for N counts the prefixes of probability >= 1/N: brute force over
+  the same prefixes."""
+  verse = load_split("test")[7]
+  samples = translator.sample([verse.source], 16, 0.5,
+                              jax.random.PRNGKey(2))[0]
+  tokens = np.array([s.tokens for s in samples])
+  padded = -(-np.count_nonzero(tokens, axis=1).max() // 32) * 32
+  tokens = tokens[:, :padded]  # as stratified_depth pads them
+  prefix = np.asarray(ex._prefix_log_probs(  # pylint: disable=protected-access
+      translator.params, translator.encode([verse.source]),
+      jnp.asarray(tokens), 0.5, model=translator.model))
+  np.testing.assert_allclose(prefix[:, -1], [s.log_prob for s in samples],
+                             rtol=0, atol=2e-4)
+  depth = ex.stratified_depth(translator, verse.source, samples, 0.5,
+                              (2, 16))
+  for n in (2, 16):
+    counts = [sum(1 for l, t in enumerate(row) if t and p[l] >= -np.log(n))
+              for row, p in zip(tokens, prefix)]
+    assert depth[n] == round(float(np.mean(counts)), 3)
+
+
 def test_subset_positions():
   rng = np.random.default_rng(0)
   for _ in range(20):
@@ -213,6 +237,7 @@ def test_experiments_paper_quick_run(tmp_path):
                           text=True, timeout=900)
   assert verify.returncode == 0, verify.stderr[-3000:]
   assert "3 of 3 recomputed runs identical" in verify.stdout
+  assert "(stratified depth identical in 3)" in verify.stdout
   lines = (tmp_path / "runs.jsonl").read_text().splitlines()
   first = json.loads(lines[0])
   first["tokens"] += 1

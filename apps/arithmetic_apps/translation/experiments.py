@@ -22,6 +22,7 @@ bigger `Budget` where there is more compute.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import zlib
 from typing import Dict, List, Sequence, Tuple
 
@@ -276,6 +277,19 @@ def generated_tokens(rows: Sequence[Sequence[Sample]]) -> int:
   return sum(int(np.count_nonzero(s.tokens)) for row in rows for s in row)
 
 
+@functools.partial(jax.jit, static_argnames=("model", "temperature"))
+def _prefix_log_probs(params, encoder_tokens, tokens, temperature, *, model):
+  """int [1, S] source, int [M, L] samples (0 after EOS) -> float [M, L]:
+  each sample's log-probability of its first l + 1 tokens under the
+  tempered model, teacher-forced (0 added past the sample's end)."""
+  decoder_inputs = jnp.pad(tokens[:, :-1], ((0, 0), (1, 0)))  # BOS 0 first
+  enc = jnp.repeat(encoder_tokens, tokens.shape[0], axis=0)
+  logits = model.logits(params, enc, decoder_inputs)  # [M, L, V]
+  log_probs = jax.nn.log_softmax(logits / temperature, axis=-1)
+  picked = jnp.take_along_axis(log_probs, tokens[..., None], axis=-1)[..., 0]
+  return jnp.cumsum(jnp.where(tokens != 0, picked, 0.0), axis=1)
+
+
 def stratified_depth(translator: Translator, source: str,
                      samples: Sequence[Sample], temperature: float,
                      ns: Sequence[int]) -> Dict[int, float]:
@@ -291,15 +305,14 @@ def stratified_depth(translator: Translator, source: str,
   """
   tokens = np.array([s.tokens for s in samples])  # [M, L]
   length = int(max(1, np.count_nonzero(tokens, axis=1).max()))
-  tokens = jnp.asarray(tokens[:, :length])
-  decoder_inputs = jnp.pad(tokens[:, :-1], ((0, 0), (1, 0)))  # BOS 0 first
-  enc = jnp.repeat(translator.encode([source]), len(samples), axis=0)
-  logits = translator.model.logits(translator.params, enc, decoder_inputs)
-  log_probs = jax.nn.log_softmax(logits / temperature, axis=-1)  # [M, L, V]
-  picked = jnp.take_along_axis(log_probs, tokens[..., None], axis=-1)[..., 0]
-  live = tokens != 0
-  prefix = np.asarray(jnp.cumsum(jnp.where(live, picked, 0.0), axis=1))
-  live = np.asarray(live)
+  # Padded to a multiple of 32 positions (the decoder is causal: the pad
+  # does not reach the positions before it), so one compiled program
+  # serves every length up to it.
+  padded = min(-(-length // 32) * 32, tokens.shape[1])
+  prefix = np.asarray(_prefix_log_probs(
+      translator.params, translator.encode([source]),
+      jnp.asarray(tokens[:, :padded]), temperature, model=translator.model))
+  live = tokens[:, :padded] != 0
   return {n: round(float(np.mean(np.sum(live & (prefix >= -np.log(n)),
                                          axis=1))), 3) for n in ns}
 
