@@ -51,7 +51,7 @@ per-row draw.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -117,9 +117,11 @@ def _every_token(keys, logits):
   return jax.vmap(jax.random.categorical)(keys, logits).astype(jnp.int32)
 
 
-def _pooled(key_data, padded, candidates, *, capacity: int, vocab: int):
+def _pooled(key_data, padded, candidates, owner, *, capacity: int,
+            vocab: int):
   """The winners among the candidate blocks of all rows, pooled into
-  `capacity` blocks (the caller checked that they fit)."""
+  `capacity` blocks (the caller checked that they fit); row r's logits are
+  padded[owner[r]]."""
   rows, num_blocks = candidates.shape
   # [R, NB] -> [C] flat block indices, candidates first (in row order)
   flat = jnp.nonzero(candidates.reshape(-1), size=capacity, fill_value=0)[0]
@@ -127,7 +129,7 @@ def _pooled(key_data, padded, candidates, *, capacity: int, vocab: int):
   row = flat // num_blocks  # [C]
   # [C] -> [C, BLOCK] token ids
   token = (flat % num_blocks)[:, None] * BLOCK + jnp.arange(BLOCK)[None, :]
-  logit = padded[row[:, None], token]  # [C, BLOCK]
+  logit = padded[owner[row][:, None], token]  # [C, BLOCK]
   noise = gumbel_from_bits(token_bits(
       jnp.broadcast_to(key_data[row][:, None, :], (capacity, BLOCK, 2)),
       token))
@@ -140,35 +142,48 @@ def _pooled(key_data, padded, candidates, *, capacity: int, vocab: int):
 
 
 def categorical_rows(keys: jax.Array, logits: jax.Array,
-                     capacities: Sequence[int] = CAPACITIES) -> jax.Array:
+                     capacities: Sequence[int] = CAPACITIES,
+                     rows: Optional[jax.Array] = None) -> jax.Array:
   """One token per row, `jax.vmap(jax.random.categorical)(keys, logits)`
   bit for bit, drawing noise only for tokens that can win (module doc).
 
   Args:
     keys: [R] PRNG keys (raw uint32 [R, 2] or typed), one per row.
-    logits: float [R, V] unnormalised log-probabilities.
+    logits: float [R, V] unnormalised log-probabilities; or, with `rows`,
+      [P, V] logits that the R rows share.
     capacities: pooled candidate blocks per row on average, ascending: one
       compiled branch each, the smallest that holds the candidates runs.
+    rows: int [R] or None; row r draws from logits[rows[r]] with its own
+      key: `categorical_rows(keys, logits[rows])` bit for bit, with the
+      passes over the vocabulary (block maxima, argmax) once per row of
+      `logits`.
 
   Returns:
     int32 [R] tokens.
   """
+  if rows is None:
+    gather = lambda a: a
+  else:
+    gather = lambda a: jnp.take(a, rows, axis=0)  # [P, ...] -> [R, ...]
   if not pruning_applies(keys, logits):
-    return _every_token(keys, logits)
-  rows, vocab = logits.shape
+    return _every_token(keys, gather(logits))
+  vocab = logits.shape[1]
+  num_rows = keys.shape[0]
   key_data = (jax.random.key_data(keys)
               if jnp.issubdtype(keys.dtype, jax.dtypes.prng_key) else keys)
   num_blocks = -(-vocab // BLOCK)
-  # [R, V] -> [R, NB * BLOCK], padded with -inf (never a candidate)
+  # [P, V] -> [P, NB * BLOCK], padded with -inf (never a candidate)
   padded = jnp.pad(logits, ((0, 0), (0, num_blocks * BLOCK - vocab)),
                    constant_values=-jnp.inf)
-  block_max = padded.reshape(rows, num_blocks, BLOCK).max(axis=-1)  # [R, NB]
-  top = jnp.argmax(logits, axis=-1)  # [R]
-  top_value = (jnp.take_along_axis(logits, top[:, None], axis=-1)[:, 0]
-               + gumbel_from_bits(token_bits(key_data, top)))  # [R]
+  # [P, NB] -> [R, NB]
+  block_max = gather(padded.reshape(-1, num_blocks, BLOCK).max(axis=-1))
+  top = jnp.argmax(logits, axis=-1)  # [P]
+  top_logit = jnp.take_along_axis(logits, top[:, None], axis=-1)[:, 0]
+  top, top_logit = gather(top), gather(top_logit)  # [R]
+  top_value = top_logit + gumbel_from_bits(token_bits(key_data, top))  # [R]
   candidates = block_max + jnp.float32(GUMBEL_MAX) >= top_value[:, None]
-  caps = sorted({min(int(c) * rows, rows * num_blocks) for c in capacities
-                 if int(c) * rows < rows * num_blocks})
+  caps = sorted({min(int(c) * num_rows, num_rows * num_blocks)
+                 for c in capacities if int(c) * num_rows < num_rows * num_blocks})
   # NaN or +inf anywhere (argmax finds them first, as it does in the full
   # draw; a max reduction may not propagate NaN): argmax's rules for them,
   # by the full draw.
@@ -176,10 +191,12 @@ def categorical_rows(keys: jax.Array, logits: jax.Array,
   count = jnp.sum(candidates)
   branch = jnp.where(irregular, len(caps),
                      jnp.searchsorted(jnp.array(caps, jnp.int32), count))
+  owner = (jnp.arange(num_rows, dtype=jnp.int32) if rows is None
+           else rows.astype(jnp.int32))
   branches = [
-      lambda kd, p, c, k, x, cap=cap: _pooled(kd, p, c, capacity=cap,
+      lambda kd, p, c, k, x, cap=cap: _pooled(kd, p, c, owner, capacity=cap,
                                               vocab=vocab)
       for cap in caps]
-  branches.append(lambda kd, p, c, k, x: _every_token(k, x))
+  branches.append(lambda kd, p, c, k, x: _every_token(k, gather(x)))
   return lax.switch(branch, branches, key_data, padded, candidates, keys,
                     logits)

@@ -46,6 +46,7 @@ than that.
 from __future__ import annotations
 
 import dataclasses
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -169,7 +170,8 @@ class ArithmeticStep:
   valid: jax.Array
 
 
-def arithmetic_step(x: jax.Array, codes: jax.Array) -> ArithmeticStep:
+def arithmetic_step(x: jax.Array, codes: jax.Array,
+                    rows: Optional[jax.Array] = None) -> ArithmeticStep:
   """Selects one token per row of logits `x` [batch, vocab] with `codes` [batch].
 
   See the module docstring for the rule; the result is exactly what the
@@ -182,26 +184,48 @@ def arithmetic_step(x: jax.Array, codes: jax.Array) -> ArithmeticStep:
   live block starts. So the in-block prefix sums, the token, its interval and its logit
   are computed on that one block per row, with the same float operations
   as `monotone_lower_ends`: [batch, 16] instead of [batch, vocab].
+
+  `rows` int [batch] (optional) lets many codes share one row of logits:
+  `x` is then [P, vocab] and code r decodes row rows[r]. The two passes
+  over the vocabulary run once per row of `x`, not once per code, and the
+  result is bit for bit that of `arithmetic_step(x[rows], codes)` (the
+  same operations on the same numbers, gathered after the passes instead
+  of before). Samples that share a prefix share its logits
+  (`compaction`): at a low temperature most codes of an input do.
+
+  >>> x = jnp.log(jnp.array([[0.2, 0.3, 0.5], [0.5, 0.5, 0.0]]))
+  >>> rows, codes = jnp.array([0, 0, 1]), jnp.array([0.1, 0.95, 0.6])
+  >>> arithmetic_step(x, codes, rows).token.tolist()
+  [0, 2, 1]
   """
   x = x.astype(jnp.float32)
-  batch, vocab = x.shape
+  if rows is None:
+    rows = jnp.arange(x.shape[0], dtype=jnp.int32)
+    gather = lambda a: a
+  else:
+    gather = lambda a: jnp.take(a, rows, axis=0)  # [P, ...] -> [batch, ...]
+  batch, vocab = rows.shape[0], x.shape[1]
+  logit_rows = x.shape[0]
   # [B, V] -> [B, 1]; NaN anywhere makes the max NaN.
   top = jnp.max(x, axis=-1, keepdims=True)
   valid = jnp.isfinite(top[:, 0])
   safe_top = jnp.where(jnp.isfinite(top), top, 0.0)
   block = min(_BLOCK, vocab)
   padded = -(-vocab // block) * block
-  # [B, V] -> [B, K, block]; padding is -inf, so its weight is 0.
+  # [P, V] -> [P, K, block]; padding is -inf, so its weight is 0.
   x3 = jnp.pad(x, ((0, 0), (0, padded - vocab)),
-               constant_values=-jnp.inf).reshape(batch, -1, block)
+               constant_values=-jnp.inf).reshape(logit_rows, -1, block)
 
-  def weight(logits):  # exp(x - max x); 0 for -inf and for invalid rows
-    shape = (batch,) + (1,) * (logits.ndim - 1)
+  def weight(logits, valid, safe_top):  # exp(x - max x); 0 for -inf, invalid
+    shape = (logits.shape[0],) + (1,) * (logits.ndim - 1)
     return jnp.where(valid.reshape(shape),
                      jnp.exp(logits - safe_top.reshape(shape)), 0.0)
 
-  _, totals = _sequential_sums(weight(x3))  # [B, K]
+  _, totals = _sequential_sums(weight(x3, valid, safe_top))  # [P, K]
   block_start, block_end = _block_bounds(totals)
+  # [P, ...] -> [B, ...]: each code's row.
+  valid, safe_top, totals, block_start, block_end = map(
+      gather, (valid, safe_top, totals, block_start, block_end))
   total = block_end[:, -1]
   codes = codes.astype(jnp.float32)
   code_ok = (codes >= 0.0) & (codes < 1.0)
@@ -213,8 +237,8 @@ def arithmetic_step(x: jax.Array, codes: jax.Array) -> ArithmeticStep:
   k = jnp.maximum(k_star, 0)
   # [B, K, block] at [B] -> [B, block]: the chosen block, weights recomputed
   # from its logits (so no [B, V] array of weights or lower ends is kept).
-  x_block = jnp.take_along_axis(x3, k[:, None, None], axis=1)[:, 0]
-  w_block = weight(x_block)
+  x_block = x3[rows, k]
+  w_block = weight(x_block, valid, safe_top)
   inner, _ = _sequential_sums(w_block)
   start = jnp.take_along_axis(block_start, k[:, None], axis=1)  # [B, 1]
   end = jnp.take_along_axis(block_end, k[:, None], axis=1)  # [B, 1]

@@ -227,9 +227,19 @@ class Arithmetic(Chooser):
     return CodeState(residual=codes, log_width=jnp.zeros_like(codes))
 
   def choose(self, raw, state, step, dist):
+    return self.choose_rows(raw, None, state, step, dist)
+
+  def choose_rows(self, raw, rows, state, step, dist) -> Choice:
+    """`choose` where row r's logits are raw[rows[r]]: `raw` [P, V] holds
+    logits shared by the rows (`arithmetic_step`'s `rows`; None: [R, V],
+    one per row). The distribution's temperature must then be a scalar."""
+    if rows is not None and jnp.ndim(dist.temperature):
+      raise ValueError("choose_rows with shared logits needs a scalar "
+                       "temperature; got shape "
+                       f"{jnp.shape(dist.temperature)}.")
     code = state.chooser_state
-    # [R, V] -> [R]
-    decoded = arithmetic_step(dist.transform(raw), code.residual)
+    # [R or P, V] -> [R]
+    decoded = arithmetic_step(dist.transform(raw), code.residual, rows)
     fresh = row_uniform(step.key, step.row_ids)
     residual = refresh_residual(decoded.residual, decoded.log_prob, fresh)
     log_width = code.log_width + decoded.log_prob
@@ -257,18 +267,35 @@ class Ancestral(Chooser):
   pruned: bool = False
 
   def choose(self, raw, state, step, dist):
-    x = dist.transform(raw)  # [R, V]
+    return self.choose_rows(raw, None, state, step, dist)
+
+  def choose_rows(self, raw, rows, state, step, dist) -> Choice:
+    """`choose` where row r's logits are raw[rows[r]] (`raw` [P, V] shared
+    by the rows; None: [R, V], one per row): each row draws from its own
+    key; the passes that do not need the key run once per row of `raw`
+    (`pruned` only; a scalar temperature)."""
+    if rows is not None and (jnp.ndim(dist.temperature) or not self.pruned):
+      raise ValueError("choose_rows with shared logits needs pruned=True "
+                       "and a scalar temperature; got pruned="
+                       f"{self.pruned}, temperature shape "
+                       f"{jnp.shape(dist.temperature)}.")
+    gather = ((lambda a: a) if rows is None else
+              (lambda a: jnp.take(a, rows, axis=0)))  # [P, ...] -> [R, ...]
+    x = dist.transform(raw)  # [P, V]
     # NaN anywhere, +inf, or nothing finite: no distribution to draw from.
     valid = jnp.isfinite(jnp.max(x, axis=-1)) & ~jnp.any(jnp.isnan(x), axis=-1)
     safe = jnp.where(valid[:, None], x, 0.0)
     keys = row_keys(step.key, step.row_ids)
-    # [R] keys, [R, V] -> [R]
+    # [R] keys, [P, V] -> [R]
     if self.pruned:
-      token = categorical_rows(keys, lax.optimization_barrier(safe))
+      token = categorical_rows(keys, lax.optimization_barrier(safe),
+                               rows=rows)
     else:
       token = jax.vmap(jax.random.categorical)(keys, safe).astype(jnp.int32)
-    log_probs = jax.nn.log_softmax(safe, axis=-1)
-    log_prob = jnp.take_along_axis(log_probs, token[:, None], axis=-1)[:, 0]
+    log_probs = jax.nn.log_softmax(safe, axis=-1)  # [P, V]
+    owner = (jnp.arange(token.shape[0]) if rows is None else rows)
+    log_prob = log_probs[owner, token]  # [R]
+    valid = gather(valid)
     return Choice.keeping_state(state, jnp.where(valid, token, -1),
                                 jnp.where(valid, log_prob, jnp.nan), valid)
 

@@ -61,7 +61,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Optional, Tuple
+from typing import Optional, Tuple, Union
 
 import jax
 import jax.numpy as jnp
@@ -69,7 +69,7 @@ import numpy as np
 
 from arithmetic_decoding import validation
 from arithmetic_decoding.calls import T5XArgs, validate
-from arithmetic_decoding.choosers import Ancestral, Arithmetic
+from arithmetic_decoding.choosers import Ancestral, Arithmetic, Chooser
 from arithmetic_decoding.codes import CodeScheme
 from arithmetic_decoding.loop import (DecodeOptions, LoopInputs, ModelFns,
                                       count_eos, initial_state, loop_fns)
@@ -304,11 +304,34 @@ def copy_rows(cache, to, frm, count):
                            chunk, cache)
 
 
-def _shared_step_fn(step, model_rows: int):
+@dataclasses.dataclass(frozen=True)
+class _OnModelRows(Chooser):
+  """Sampling over logits per model row: the step's logits are [P, V] and
+  sample row r reads row owner[r] (the loop state's cache["owner"]). The
+  passes over the vocabulary that do not depend on the row's code or key
+  run once per model row (`choose_rows` of `Arithmetic`, of pruned
+  `Ancestral`), the same tokens bit for bit as on [C, V] gathered
+  logits."""
+
+  inner: Union[Arithmetic, Ancestral]
+
+  def choose(self, raw, state, step, dist):
+    return self.inner.choose_rows(raw, state.cache["owner"], state, step,
+                                  dist)
+
+  def from_greedy(self, greedy, state, step):
+    owner = state.cache["owner"]  # [P] -> [C]
+    return self.inner.from_greedy(dataclasses.replace(
+        greedy, token=jnp.take(greedy.token, owner),
+        valid=jnp.take(greedy.valid, owner)), state, step)
+
+
+def _shared_step_fn(step, model_rows: int, gather: bool = True):
   """tokens_to_logits over sample rows from `step` over model rows: the
   cache is {"model": the model's cache [P, ...], "owner": int [C],
   "active": bool [C]}; each model row is fed its sample rows' token and
-  each sample row reads its model row's logits."""
+  each sample row reads its model row's logits ([C, V]; or, without
+  `gather`, the model rows' [P, V], for `_OnModelRows`)."""
 
   def tokens_to_logits(state):
     owner, active = state.cache["owner"], state.cache["active"]
@@ -319,8 +342,9 @@ def _shared_step_fn(step, model_rows: int):
     index = jnp.broadcast_to(jnp.max(state.cur_index), (model_rows,))
     logits, cache = step(state.replace(cur_token=token, cur_index=index,
                                        cache=state.cache["model"]))
-    # [P, V] -> [C, V]
-    return jnp.take(logits, owner, axis=0), dict(state.cache, model=cache)
+    if gather:  # [P, V] -> [C, V]
+      logits = jnp.take(logits, owner, axis=0)
+    return logits, dict(state.cache, model=cache)
 
   return tokens_to_logits
 
@@ -337,7 +361,15 @@ def _segment_shared(params, row_context, state, row_ids, eos_count,
   rows_m = jax.tree_util.tree_leaves(state.cache["model"])[0].shape[0]
   step = model.step_fn(params, row_context, lockstep=True,
                        group_rows=group_rows)
-  fns = ModelFns(_shared_step_fn(step, rows_m))
+  # The samplers read the logits per model row (others would gather them
+  # per sample row first).
+  on_model_rows = (isinstance(options.chooser, Arithmetic) or (
+      isinstance(options.chooser, Ancestral) and options.chooser.pruned))
+  if on_model_rows:
+    options = dataclasses.replace(options,
+                                  chooser=_OnModelRows(options.chooser))
+  fns = ModelFns(_shared_step_fn(step, rows_m, gather=not on_model_rows),
+                 shared_logits=on_model_rows)
   inputs = LoopInputs(options.distribution(temperature), row_ids,
                       jnp.asarray(max_decode_len, jnp.int32))
   cond_fn, body_fn = loop_fns(inputs, fns, options, eos_count)

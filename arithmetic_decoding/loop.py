@@ -138,12 +138,16 @@ class ModelFns:
     logit_callback_fn: (logits [R, V], SamplingLoopState) -> logits, or None.
     cache_growth: decode in segments over a growing cache (`CacheGrowth`),
       or None (the cache as given, every step).
+    shared_logits: tokens_to_logits returns logits [P, V] that rows share
+      (any P; the chooser knows which row reads which, as
+      `compaction`'s prefix sharing does) instead of [R, V].
   """
 
   tokens_to_logits: TokensToLogits
   state_callback_fn: Optional[StateCallbackFn] = None
   logit_callback_fn: Optional[LogitCallbackFn] = None
   cache_growth: Optional[CacheGrowth] = None
+  shared_logits: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -233,7 +237,8 @@ def loop_fns(inputs: LoopInputs, fns: ModelFns, options: DecodeOptions,
     if fns.state_callback_fn is not None:
       state = fns.state_callback_fn(state)
     step_rng, next_rng = jax.random.split(state.rng)
-    logits, cache = call_model(fns.tokens_to_logits, decoding_state(state))
+    logits, cache = call_model(fns.tokens_to_logits, decoding_state(state),
+                               any_rows=fns.shared_logits)
     if fns.logit_callback_fn is not None:
       logits = fns.logit_callback_fn(logits, state)
     if isinstance(options.topk, int) and options.topk > logits.shape[-1]:

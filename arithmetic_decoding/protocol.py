@@ -178,6 +178,7 @@ def match_container(reference: PyTree, new: PyTree) -> PyTree:
 def call_model(
     tokens_to_logits: Callable[[DecodingState], Tuple[jax.Array, PyTree]],
     decoding_state: DecodingState,
+    any_rows: bool = False,
 ) -> Tuple[jax.Array, PyTree]:
   """Runs the model on one step's `DecodingState`; checks what it returns.
 
@@ -186,8 +187,9 @@ def call_model(
 
   Returns:
     logits [rows, vocab] as returned (dtype unchanged), rows being
-    `decoding_state.sequences.shape[0]`, and the new cache with the given
-    cache's container type.
+    `decoding_state.sequences.shape[0]` (any number with `any_rows`: logits
+    that rows share, `loop.ModelFns.shared_logits`), and the new cache with
+    the given cache's container type.
 
   Raises:
     ValueError: the logits are not [rows, vocab], or the new cache's
@@ -195,7 +197,8 @@ def call_model(
   """
   logits, new_cache = tokens_to_logits(decoding_state)
   rows = decoding_state.sequences.shape[0]
-  if len(getattr(logits, "shape", ())) != 2 or logits.shape[0] != rows:
+  if len(getattr(logits, "shape", ())) != 2 or (logits.shape[0] != rows and
+                                                not any_rows):
     raise ValueError(
         "tokens_to_logits must return logits of shape [batch * num_decodes, "
         f"vocab] = [{rows}, vocab]; got {getattr(logits, 'shape', None)}.")

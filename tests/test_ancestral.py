@@ -115,6 +115,32 @@ def test_equals_jax_random_categorical_on_every_branch():
   assert branches == {0, 1, 2, 3, "full"}, branches
 
 
+_pruned_shared = jax.jit(lambda keys, x, rows: categorical_rows(
+    keys, x, rows=rows))
+
+
+def test_rows_sharing_logits_draw_what_their_own_copies_draw():
+  """With `rows`, row r draws from logits[rows[r]] with its own key:
+  `jax.random.categorical` on the gathered logits, bit for bit, on every
+  branch."""
+  rng = np.random.default_rng(3)
+  branches = set()
+  for trial in range(40):
+    shared = int(rng.choice([1, 5, 16]))
+    rows = int(rng.choice([8, 33, 64]))
+    vocab = int(rng.choice([17, 1000, 4099]))
+    scale = float(rng.choice([1.0, 8.0, 30.0, 200.0]))
+    kind = KINDS[trial % len(KINDS)]
+    x = jnp.asarray(_case(rng, shared, vocab, scale, kind))
+    owner = jnp.asarray(rng.integers(0, shared, rows), jnp.int32)
+    keys = _keys(100 + trial, rows)
+    branches.add(_branch(keys, x[owner]))
+    np.testing.assert_array_equal(
+        _pruned_shared(keys, x, owner), _reference(keys, x[owner]),
+        err_msg=f"shared={shared} rows={rows} vocab={vocab} kind={kind}")
+  assert branches >= {0, 1, "full"}, branches
+
+
 def test_large_rows_at_the_translators_shape():
   # 512 rows of 8,000 tokens, peaked (pooled) and flat (full draw).
   rng = np.random.default_rng(1)

@@ -169,6 +169,32 @@ def test_two_level_step_equals_the_full_codebook_bitwise(
   np.testing.assert_array_equal(fast.log_prob, log_prob)
 
 
+@pytest.mark.parametrize("vocab", [1, 17, 8000])
+def test_step_on_shared_rows_equals_the_gathered_step_bitwise(vocab):
+  """Codes that share rows of logits (`rows`) decode exactly what they
+  decode from their own copies of the rows: tokens, residuals,
+  log-probabilities and validity, rows with NaN, +inf and no finite entry
+  and codes outside [0, 1) included."""
+  from arithmetic_decoding.categorical import arithmetic_step
+  rng = np.random.default_rng(vocab)
+  x = rng.normal(0.0, 3.0, (7, vocab)).astype(np.float32)
+  x[1, rng.random(vocab) < 0.9] = -np.inf
+  x[1, 0] = 0.5  # sparse, one finite entry kept
+  x[2, :] = -np.inf
+  x[3, vocab // 2] = np.nan
+  x[4, vocab - 1] = np.inf
+  x[5] = np.log(rng.dirichlet(np.full(vocab, 0.05)) + 1e-30)  # peaked
+  rows = rng.integers(0, 7, 200).astype(np.int32)
+  codes = rng.random(200).astype(np.float32)
+  codes[:6] = [0.0, ONE_BELOW, 1.0, -0.25, np.nan, 0.5]
+  x, rows, codes = jnp.asarray(x), jnp.asarray(rows), jnp.asarray(codes)
+  shared = jax.jit(arithmetic_step)(x, codes, rows)
+  own = jax.jit(arithmetic_step)(x[rows], codes)
+  for field in ("token", "residual", "log_prob", "valid"):
+    np.testing.assert_array_equal(getattr(shared, field), getattr(own, field))
+  assert np.asarray(own.valid).sum() > 100  # most rows decode
+
+
 def test_two_level_step_sparse_row_at_the_top_code():
   # Found by the CI-size property run: almost all -inf, code just below 1.
   # The interval must end at the total, not at the chosen block's end.
@@ -240,3 +266,10 @@ def test_monotone_lower_ends_never_decrease(vocab):
   scale = exact[:, -1:] + 1e-30
   assert np.all(np.abs(lower[:, 1:] - exact[:, :-1]) <= 1e-6 * scale)
   assert np.all(np.abs(total - exact[:, -1]) <= 1e-6 * scale[:, 0])
+
+
+def test_shared_logits_need_a_scalar_temperature():
+  from arithmetic_decoding.choosers import Arithmetic, Distribution
+  with pytest.raises(ValueError, match="scalar temperature"):
+    Arithmetic().choose_rows(jnp.zeros((2, 5)), jnp.zeros(3, jnp.int32),
+                             None, None, Distribution(jnp.ones(3), 0, 0.0))
