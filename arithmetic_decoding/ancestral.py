@@ -24,10 +24,7 @@ logits)`, bit for bit, computed that way:
    branch each, `lax.switch`), their tokens' noise is drawn from the
    rows' keys at the tokens' own counters (with `jax_threefry_partitionable`,
    token i's bits depend only on the key and i), and each row's first
-   token of largest value wins, as argmax picks it;
-4. inside the pooled blocks, where few enough tokens can reach v0
-   themselves (`TOKENS_PER_BLOCK` per block on average), only theirs is
-   drawn (a flat row's candidate blocks hold one or two such tokens each).
+   token of largest value wins, as argmax picks it.
 
 When the candidates exceed the largest capacity (a flat distribution at
 a high temperature), when the logits hold NaN or +inf, or when JAX is set
@@ -71,10 +68,6 @@ BLOCK = 16
 
 # Pooled candidate blocks, per row on average: one compiled branch each.
 CAPACITIES = (2, 8, 32, 128)
-
-# Tokens drawn per pooled block, on average, when few enough of the pooled
-# blocks' tokens can win on their own (`_pooled`).
-TOKENS_PER_BLOCK = 4
 
 
 def gumbel_from_bits(bits: jax.Array) -> jax.Array:
@@ -124,16 +117,11 @@ def _every_token(keys, logits):
   return jax.vmap(jax.random.categorical)(keys, logits).astype(jnp.int32)
 
 
-def _pooled(key_data, padded, candidates, owner, top_value, *,
-            capacity: int, vocab: int):
+def _pooled(key_data, padded, candidates, owner, *, capacity: int,
+            vocab: int):
   """The winners among the candidate blocks of all rows, pooled into
   `capacity` blocks (the caller checked that they fit); row r's logits are
-  padded[owner[r]] and its lower bound on the winning value top_value[r].
-
-  Inside the pooled blocks only the tokens that can win themselves (logit
-  + `GUMBEL_MAX` >= the row's bound) are drawn, pooled again into
-  `TOKENS_PER_BLOCK` x `capacity` tokens; when more of them can win, every
-  token of the pooled blocks is (the same winners either way)."""
+  padded[owner[r]]."""
   rows, num_blocks = candidates.shape
   # [R, NB] -> [C] flat block indices, candidates first (in row order)
   flat = jnp.nonzero(candidates.reshape(-1), size=capacity, fill_value=0)[0]
@@ -142,36 +130,15 @@ def _pooled(key_data, padded, candidates, owner, top_value, *,
   # [C] -> [C, BLOCK] token ids
   token = (flat % num_blocks)[:, None] * BLOCK + jnp.arange(BLOCK)[None, :]
   logit = padded[owner[row][:, None], token]  # [C, BLOCK]
-  live = used[:, None] & (token < vocab)
-  row = jnp.broadcast_to(row[:, None], (capacity, BLOCK))
-
-  def winners(row, token, logit, live):
-    """Each row's first token of largest logit + noise among `live`."""
-    noise = gumbel_from_bits(token_bits(key_data[row], token))
-    value = jnp.where(live, noise + logit, -jnp.inf)
-    best = jax.ops.segment_max(value, row, num_segments=rows)
-    first = jnp.where(value == best[row], token, vocab)
-    return jax.ops.segment_min(first, row,
-                               num_segments=rows).astype(jnp.int32)
-
-  # [C, BLOCK]: the tokens that can reach the row's bound themselves.
-  can_win = live & (logit + jnp.float32(GUMBEL_MAX) >= top_value[row])
-  size = TOKENS_PER_BLOCK * capacity
-  if size >= capacity * BLOCK:
-    return winners(row.reshape(-1), token.reshape(-1), logit.reshape(-1),
-                   live.reshape(-1))
-
-  def tokens_only():
-    at = jnp.nonzero(can_win.reshape(-1), size=size, fill_value=0)[0]
-    pick = lambda a: a.reshape(-1)[at]  # [C, BLOCK] -> [size]
-    return winners(pick(row), pick(token), pick(logit),
-                   jnp.arange(size) < jnp.sum(can_win))
-
-  def whole_blocks():
-    return winners(row.reshape(-1), token.reshape(-1), logit.reshape(-1),
-                   live.reshape(-1))
-
-  return lax.cond(jnp.sum(can_win) <= size, tokens_only, whole_blocks)
+  noise = gumbel_from_bits(token_bits(
+      jnp.broadcast_to(key_data[row][:, None, :], (capacity, BLOCK, 2)),
+      token))
+  value = jnp.where(used[:, None] & (token < vocab), noise + logit, -jnp.inf)
+  # Each row's largest value, then its first token (argmax's tie rule).
+  best = jax.ops.segment_max(value.max(axis=-1), row, num_segments=rows)
+  first = jnp.where(value == best[row][:, None], token, vocab)
+  return jax.ops.segment_min(first.min(axis=-1), row,
+                             num_segments=rows).astype(jnp.int32)
 
 
 def categorical_rows(keys: jax.Array, logits: jax.Array,
@@ -227,8 +194,8 @@ def categorical_rows(keys: jax.Array, logits: jax.Array,
   owner = (jnp.arange(num_rows, dtype=jnp.int32) if rows is None
            else rows.astype(jnp.int32))
   branches = [
-      lambda kd, p, c, k, x, cap=cap: _pooled(kd, p, c, owner, top_value,
-                                              capacity=cap, vocab=vocab)
+      lambda kd, p, c, k, x, cap=cap: _pooled(kd, p, c, owner, capacity=cap,
+                                              vocab=vocab)
       for cap in caps]
   branches.append(lambda kd, p, c, k, x: _every_token(k, gather(x)))
   return lax.switch(branch, branches, key_data, padded, candidates, keys,

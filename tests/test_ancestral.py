@@ -141,30 +141,6 @@ def test_rows_sharing_logits_draw_what_their_own_copies_draw():
   assert branches >= {0, 1, "full"}, branches
 
 
-def test_whole_blocks_or_single_tokens_inside_the_pool():
-  """Inside the pooled blocks only the tokens that can win themselves are
-  drawn when at most TOKENS_PER_BLOCK per block can; otherwise the whole
-  blocks are. Both give jax.random.categorical's token."""
-  rng = np.random.default_rng(4)
-  keys = _keys(11, 8)
-  few = rng.standard_normal((8, 1000)).astype(np.float32) * 30.0
-  many = np.full((8, 1000), -np.inf, np.float32)  # 2 flat blocks per row
-  many[:, 16:48] = rng.standard_normal((8, 32)).astype(np.float32) * 0.1
-  for x, whole in ((few, False), (many, True)):
-    noise = np.asarray(jax.vmap(lambda k: jax.random.gumbel(k, (1000,)))(
-        keys))
-    top = x.argmax(axis=1)
-    bound = (x[np.arange(8), top] + noise[np.arange(8), top]).astype(
-        np.float32)
-    can_win = int(np.sum(x + np.float32(GUMBEL_MAX) >= bound[:, None]))
-    branch = _branch(keys, jnp.asarray(x))
-    assert branch != "full"
-    blocks = 8 * CAPACITIES[branch]  # the pool's size
-    assert (can_win > ancestral.TOKENS_PER_BLOCK * blocks) == whole
-    np.testing.assert_array_equal(_pruned(keys, jnp.asarray(x)),
-                                  _reference(keys, jnp.asarray(x)))
-
-
 def test_large_rows_at_the_translators_shape():
   # 512 rows of 8,000 tokens, peaked (pooled) and flat (full draw).
   rng = np.random.default_rng(1)
