@@ -112,6 +112,22 @@ def plan(budget: PaperBudget):
 MAX_MAPPINGS = 45_000
 
 
+def host_cpu() -> str:
+  """The CPU's model name and widest vector extension (XLA:CPU compiles for
+  the host: on another CPU the same code may round differently, so a
+  record is reproducible bit for bit on the kind of CPU that made it)."""
+  try:
+    info = pathlib.Path("/proc/cpuinfo").read_text()
+  except OSError:
+    return "unknown"
+  model = next((line.split(":", 1)[1].strip() for line in info.splitlines()
+                if line.startswith("model name")), "unknown")
+  flags = next((line.split(":", 1)[1].split() for line in info.splitlines()
+                if line.startswith("flags")), [])
+  vector = next((f for f in ("avx512f", "avx2", "avx") if f in flags), "")
+  return f"{model} ({vector})" if vector else model
+
+
 def key_of(record):
   return (record["kind"], record["verse"], record["temperature"],
           record["method"])
@@ -135,6 +151,7 @@ def run_one(translator, budget, run, seed):
     result = ex.beam_point(translator, test[:budget.quality_verses], method)
   result["seconds"] = round(time.time() - start, 2)
   result["device"] = jax.devices()[0].device_kind
+  result["host"] = host_cpu()
   record = dict(zip(("kind", "verse", "temperature", "method"), run), **result)
   return json.loads(json.dumps(record))  # N keys as strings, as reloaded
 
@@ -335,7 +352,11 @@ def verify(path: str, budget, seed: int, count: int) -> dict:
   model's teacher-forced log-probabilities, not from the samples; since
   it runs compiled, they differ from those of the eager runs before in
   their last bits, so a prefix within ~1e-4 of log(1/N) may count
-  differently), which is reported on its own."""
+  differently), which is reported on its own. Records are reproducible
+  on the kind of CPU that made them (`host`, recorded since 2026-12-02):
+  XLA:CPU compiles for the host's vector units. Some earlier runs are not
+  recomputed bit for bit here, neither by this code nor by the commit
+  that recorded them; another CPU is the likely cause."""
   from arithmetic_apps.translation.translate import Translator  # pylint: disable=g-import-not-at-top
   records = [json.loads(line) for line in open(path) if line.strip()]
   seen, picks = set(), []
@@ -346,8 +367,8 @@ def verify(path: str, budget, seed: int, count: int) -> dict:
   picks = (picks + records[::max(1, len(records) // count)])[:count]
   translator = Translator.load()
   checked = []
-  strip = lambda r: {k: v for k, v in r.items()
-                     if k not in ("seconds", "device", "stratified_depth")}
+  strip = lambda r: {k: v for k, v in r.items() if k not in (
+      "seconds", "device", "host", "stratified_depth")}
   for record in picks:
     fresh = run_one(translator, budget, key_of(record), seed)
     checked.append({"run": list(key_of(record)),
