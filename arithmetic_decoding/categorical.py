@@ -199,12 +199,10 @@ def arithmetic_step(x: jax.Array, codes: jax.Array,
   [0, 2, 1]
   """
   x = x.astype(jnp.float32)
-  if rows is None:
-    rows = jnp.arange(x.shape[0], dtype=jnp.int32)
-    gather = lambda a: a
-  else:
-    gather = lambda a: jnp.take(a, rows, axis=0)  # [P, ...] -> [batch, ...]
-  batch, vocab = rows.shape[0], x.shape[1]
+  shared = rows is not None
+  gather = ((lambda a: jnp.take(a, rows, axis=0)) if shared  # [P] -> [B]
+            else (lambda a: a))
+  batch, vocab = (rows if shared else x).shape[0], x.shape[1]
   logit_rows = x.shape[0]
   # [B, V] -> [B, 1]; NaN anywhere makes the max NaN.
   top = jnp.max(x, axis=-1, keepdims=True)
@@ -237,7 +235,10 @@ def arithmetic_step(x: jax.Array, codes: jax.Array,
   k = jnp.maximum(k_star, 0)
   # [B, K, block] at [B] -> [B, block]: the chosen block, weights recomputed
   # from its logits (so no [B, V] array of weights or lower ends is kept).
-  x_block = x3[rows, k]
+  if shared:
+    x_block = x3[rows, k]
+  else:  # a gather along the vocabulary only: rows stay where they are
+    x_block = jnp.take_along_axis(x3, k[:, None, None], axis=1)[:, 0]
   w_block = weight(x_block, valid, safe_top)
   inner, _ = _sequential_sums(w_block)
   start = jnp.take_along_axis(block_start, k[:, None], axis=1)  # [B, 1]

@@ -293,8 +293,10 @@ class Ancestral(Chooser):
     else:
       token = jax.vmap(jax.random.categorical)(keys, safe).astype(jnp.int32)
     log_probs = jax.nn.log_softmax(safe, axis=-1)  # [P, V]
-    owner = (jnp.arange(token.shape[0]) if rows is None else rows)
-    log_prob = log_probs[owner, token]  # [R]
+    if rows is None:  # [R, V] at [R] -> [R]
+      log_prob = jnp.take_along_axis(log_probs, token[:, None], axis=-1)[:, 0]
+    else:  # [P, V] at ([R], [R]) -> [R]
+      log_prob = log_probs[rows, token]
     valid = gather(valid)
     return Choice.keeping_state(state, jnp.where(valid, token, -1),
                                 jnp.where(valid, log_prob, jnp.nan), valid)
