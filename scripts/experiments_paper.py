@@ -354,9 +354,9 @@ def verify(path: str, budget, seed: int, count: int) -> dict:
   their last bits, so a prefix within ~1e-4 of log(1/N) may count
   differently), which is reported on its own. Records are reproducible
   on the kind of CPU that made them (`host`, recorded since 2026-12-02):
-  XLA:CPU compiles for the host's vector units. Some earlier runs are not
-  recomputed bit for bit here, neither by this code nor by the commit
-  that recorded them; another CPU is the likely cause."""
+  XLA:CPU compiles for the host's vector units. The first runs (no
+  `host`) are recomputed bit for bit on an Intel Xeon (AVX-512), not on
+  an AMD EPYC (AVX-512)."""
   from arithmetic_apps.translation.translate import Translator  # pylint: disable=g-import-not-at-top
   records = [json.loads(line) for line in open(path) if line.strip()]
   seen, picks = set(), []
