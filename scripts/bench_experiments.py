@@ -33,6 +33,10 @@ programs for the row counts and cache sizes it meets).
   until the call's longest sample ends (sampled rows end at different
   steps, greedy rows of one verse together); the translator drops ended
   rows and shares prefixes, so its model runs fewer row-steps than that.
+  `floor_utilisation`: tokens / the row-steps of a loop that drops each
+  ended row after its step but never runs fewer rows than the compacted
+  loop's least (`Compaction.min_rows`): what the spread of the samples'
+  lengths costs at best.
 * roofline fraction with prefix sharing: the FLOPs are counted per
   generated token as if every sample ran the model; shared prefixes run
   it once, so the fraction counts the work saved as work done.
@@ -70,6 +74,20 @@ def _steps(tokens: np.ndarray) -> np.ndarray:
   return np.where(is_eos.any(-1), is_eos.argmax(-1) + 1, tokens.shape[-1])
 
 
+def floor_row_steps(steps: np.ndarray, least: int) -> int:
+  """Row-steps of a loop that drops every ended row after each step but
+  never runs fewer than `least` rows (nor more than it has): a lower bound
+  on what the compacted loop runs (it drops rows every few steps and
+  rounds the count up).
+
+  >>> floor_row_steps(np.array([1, 3, 3, 5]), 2)  # live 4, 3, 3, 1, 1 -> run 4, 3, 3, 2, 2
+  14
+  """
+  steps = np.asarray(steps).reshape(-1)
+  live = (steps[None, :] >= np.arange(1, steps.max() + 1)[:, None]).sum(1)
+  return int(np.minimum(steps.size, np.maximum(least, live)).sum())
+
+
 def run_workload(args) -> dict:
   """Decodes the workload twice; times the second. Also saves the samples
   of the timed run to args.samples (npz) for the identity check."""
@@ -81,6 +99,9 @@ def run_workload(args) -> dict:
     translator = dataclasses.replace(translator, compaction=dataclasses.replace(
         translator.compaction, geometric=False))
   verses = _verses(args.verses)
+  # The compacted loop's least rows (a baseline without it: every row).
+  least = getattr(getattr(translator, "compaction", None), "min_rows",
+                  args.max_rows)
   per_call = max(1, args.max_rows // args.n)
   calls = []
   for t in args.temperatures:
@@ -122,11 +143,13 @@ def run_workload(args) -> dict:
     steps = _steps(tokens)
     r = results.setdefault(f"{method} T={t}" if not method.startswith("greedy")
                            else method, {"seconds": 0.0, "tokens": 0,
-                                           "row_steps": 0, "rows": 0})
+                                           "row_steps": 0, "rows": 0,
+                                           "floor_row_steps": 0})
     r["seconds"] += seconds
     r["tokens"] += int(steps.sum())
     r["row_steps"] += int(steps.max()) * int(steps.size)  # the loop's
     r["rows"] += int(steps.size)
+    r["floor_row_steps"] += floor_row_steps(steps, least)
     samples[f"{method}_{t}_{call[2]}_tokens"] = tokens
     samples[f"{method}_{t}_{call[2]}_scores"] = scores
   np.savez(args.samples, **samples)
@@ -205,11 +228,15 @@ def _totals(configs: dict, prefix: str) -> dict:
   seconds = sum(r["seconds"] for r in picked)
   tokens = sum(r["tokens"] for r in picked)
   row_steps = sum(r["row_steps"] for r in picked)
+  floor = sum(r.get("floor_row_steps", 0) for r in picked)
   return {"seconds": round(seconds, 3), "tokens": tokens,
           "tokens_per_s": round(tokens / seconds, 1),
           "us_per_token": round(1e6 * seconds / tokens, 2),
           "us_per_row_step": round(1e6 * seconds / row_steps, 2),
-          "row_utilisation": round(tokens / row_steps, 3)}
+          "row_utilisation": round(tokens / row_steps, 3),
+          # tokens / row-steps of a loop that drops ended rows at once
+          # down to the compacted loop's least rows
+          "floor_utilisation": round(tokens / floor, 3) if floor else None}
 
 
 def _worker(args, code_dir: str, samples: str, after: bool = True) -> dict:

@@ -477,6 +477,23 @@ def test_keep_rows_keeps_every_decoding_row():
     assert len(set(take.tolist())) == take.size
 
 
+def test_bench_floor_row_steps_equals_a_step_by_step_count():
+  """`scripts/bench_experiments.py`'s lower bound on the compacted loop's
+  row-steps: each step runs its live rows, at least `least`, at most all."""
+  sys.path.insert(0, str(ROOT / "scripts"))
+  from bench_experiments import floor_row_steps  # pylint: disable=g-import-not-at-top
+  rng = np.random.RandomState(0)
+  for _ in range(100):
+    steps = rng.randint(1, 30, size=rng.randint(1, 50))
+    least = int(rng.randint(1, 60))
+    want = 0
+    for step in range(1, int(steps.max()) + 1):
+      live = sum(1 for s in steps.tolist() if s >= step)
+      want += min(steps.size, max(least, live))
+    assert floor_row_steps(steps, least) == want
+  assert floor_row_steps(np.array([4, 4]), 64) == 8  # never more than all
+
+
 def test_compaction_arguments_are_checked(translator):
   with pytest.raises(ValueError, match="segment_steps"):
     Compaction(segment_steps=0)
