@@ -61,6 +61,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import time
 from typing import Optional, Tuple, Union
 
 import jax
@@ -491,9 +492,11 @@ def sample_compacted(model, params, encoder_tokens, *, method, eos_id: int,
       scalar), codes (float32 [B, N], arithmetic only), code_scheme: as
       for `Method.decode` (top-k and top-p off).
     compaction: segments and granularity (`Compaction`).
-    stats: a dict to fill with "segments" (compiled calls run) and
+    stats: a dict to fill with "segments" (compiled calls run),
       "row_steps" (rows x loop steps decoded; without compaction it would
-      be R x the steps of the longest sample), or None.
+      be R x the steps of the longest sample) and "segment_seconds" (wall
+      time from each segment's call until its ended rows reach the host:
+      the compiled loop's share of the call), or None.
 
   Returns:
     tokens int32 [B, N, L], log_probs float32 [B, N], codes float32 [B, N]
@@ -535,15 +538,17 @@ def sample_compacted(model, params, encoder_tokens, *, method, eos_id: int,
            log_probs, stats)
     return _finish(sequences, log_probs, codes, method, batch, num_decodes)
   step = 0
-  counts = {"segments": 0, "row_steps": 0}
+  counts = {"segments": 0, "row_steps": 0, "segment_seconds": 0.0}
   while True:
     step += compaction.segment_steps
     done = int(live.state.step)
+    started = time.perf_counter()
     state, ended, cur_index = _segment(
         params, row_context, live.state, live.row_ids, live.eos_count,
         temperature, jnp.int32(step), model=model, options=options,
         group_rows=per_group, max_decode_len=max_decode_len)
     ended, cur_index = np.asarray(ended), np.asarray(cur_index)
+    counts["segment_seconds"] += time.perf_counter() - started
     live.state = state
     counts["segments"] += 1
     counts["row_steps"] += ended.size * (int(state.step) - done)
@@ -650,16 +655,19 @@ def _share(live: _Live, params, row_context, temperature, model, options,
       model=model,
       slots=model.cache_growth().size_of(live.state.cache["model"]))
   step = 0
-  counts = {"segments": 0, "row_steps": 0, "sample_row_steps": 0}
+  counts = {"segments": 0, "row_steps": 0, "sample_row_steps": 0,
+            "segment_seconds": 0.0}
   while True:
     done = int(live.state.step)
     step = max(step, done) + compaction.segment_steps
+    started = time.perf_counter()
     state, ended, cur_index, need = _segment_shared(
         params, row_context, live.state, live.row_ids, live.eos_count,
         temperature, jnp.int32(step), model=model, options=options,
         group_rows=per_group, max_decode_len=max_decode_len, classes=classes)
     ended, cur_index = np.asarray(ended), np.asarray(cur_index)
     need = -(-int(np.asarray(need).max()) // spread)  # per group
+    counts["segment_seconds"] += time.perf_counter() - started
     live.state = state
     steps = int(state.step) - done
     counts["segments"] += 1

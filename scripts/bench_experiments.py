@@ -301,6 +301,8 @@ def main(argv=None) -> int:
                          "max_rows": args.max_rows},
             "rounding": args.rounding,
             "roofline": matmul_roofline(args.max_rows)}
+  from experiments_paper import host_cpu  # pylint: disable=g-import-not-at-top
+  record["host"] = host_cpu()  # the samples' last bits are the CPU's
   with tempfile.TemporaryDirectory() as tmp:
     after = _worker(args, str(root), os.path.join(tmp, "after.npz"))
     record["after"] = summarize(after)
@@ -366,7 +368,7 @@ def main(argv=None) -> int:
            f"{record['arithmetic_vs_greedy_unshared_token']:.2f})"
            if "arithmetic_vs_greedy_unshared_token" in record else "")
         + f"; "
-        f"{record['backend']} ({record['device']})")
+        f"{record['backend']} ({record['device']}, {record['host']})")
   return 0
 
 

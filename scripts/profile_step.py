@@ -18,6 +18,17 @@ donated so that it is updated in place as in the decode loop):
     (`ancestral.categorical_rows`, `Ancestral(pruned=True)`), with the
     tokens they draw compared, and how many tokens per row can win.
 
+With --workload T [T ...] it times instead the benchmark's own workload
+(`bench_experiments.py`'s defaults: 4 test verses spread over the split x 2
+repeats, each call 8 x 64 samples of one verse) at each temperature and
+method, compiled first, and splits each call's wall time: the compiled
+segments of the loop (`sample_compacted`'s "segment_seconds") against the
+rest (the host's re-layouts of rows between segments, the encoder, the
+sorting of samples); and counts model row-steps (`row_steps`: one model
+row through one step, prefixes shared) per generated token:
+
+    python scripts/profile_step.py --workload 0.1 0.5   # about 4 minutes
+
 Prints one JSON object and a one-line summary.
 """
 
@@ -145,13 +156,73 @@ def pruned_draw_ms(translator, rows: int) -> dict:
   return out
 
 
+def workload_split(translator, temperature: float, method: str,
+                   verses: int = 4, repeats: int = 2, n: int = 64,
+                   per_call: int = 8) -> dict:
+  """Wall time of the benchmark workload's calls, split into the compiled
+  segments and the rest, with model row-steps and generated tokens (up to
+  and including EOS)."""
+  from arithmetic_decoding.compaction import sample_compacted  # pylint: disable=g-import-not-at-top
+  test = load_split("test")
+  picks = np.linspace(0, len(test) - 1, verses).round().astype(int)
+
+  def run():
+    totals = {"seconds": 0.0, "segment_seconds": 0.0, "row_steps": 0,
+              "tokens": 0}
+    for v in picks:
+      tokens = translator.encode([test[int(v)].source] * per_call)
+      for repeat in range(repeats):
+        stats = {}
+        start = time.perf_counter()
+        out = sample_compacted(
+            translator.model, translator.params, tokens, method=method,
+            eos_id=1, key=jax.random.PRNGKey(repeat), num_decodes=n,
+            max_decode_len=translator.max_decode_len,
+            temperature=temperature, compaction=translator.compaction,
+            stats=stats)
+        samples = np.asarray(out[0])  # [B, N, L]
+        totals["seconds"] += time.perf_counter() - start
+        totals["segment_seconds"] += stats["segment_seconds"]
+        totals["row_steps"] += stats["row_steps"]
+        ends = samples == 1
+        totals["tokens"] += int(np.where(ends.any(-1), ends.argmax(-1) + 1,
+                                         samples.shape[-1]).sum())
+    return totals
+
+  run()  # compiles every program the timed pass runs
+  totals = run()
+  return {"temperature": temperature, "method": method,
+          "seconds": round(totals["seconds"], 2),
+          "segment_share": round(totals["segment_seconds"]
+                                 / totals["seconds"], 3),
+          "tokens": totals["tokens"], "row_steps": totals["row_steps"],
+          "row_steps_per_token": round(totals["row_steps"]
+                                       / totals["tokens"], 3),
+          "us_per_row_step": round(1e6 * totals["segment_seconds"]
+                                   / totals["row_steps"], 1),
+          "tokens_per_s": round(totals["tokens"] / totals["seconds"])}
+
+
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--rows", type=int, nargs="+", default=[64, 128, 256,
                                                               512])
   parser.add_argument("--slots", type=int, nargs="+", default=[32, 64, 96])
+  parser.add_argument("--workload", type=float, nargs="+", default=None,
+                      metavar="T", help="time the benchmark workload at "
+                      "these temperatures instead")
   args = parser.parse_args(argv)
   translator = Translator.load()
+  if args.workload:
+    rows = [workload_split(translator, t, m) for t in args.workload
+            for m in ("arithmetic", "ancestral")]
+    print(json.dumps({"workload": rows, "backend": jax.default_backend()}))
+    print("profile_step --workload: " + "; ".join(
+        f"T = {r['temperature']} {r['method']}: {r['tokens_per_s']} tokens/s,"
+        f" {100 * r['segment_share']:.0f} % in the compiled segments, "
+        f"{r['row_steps_per_token']:.3f} model row-steps per token, "
+        f"{r['us_per_row_step']:.0f} us each" for r in rows))
+    return 0
   steps = [{"rows": r, "slots": s,
             "ms": round(model_step_ms(translator, r, s), 2)}
            for r in args.rows for s in args.slots]
