@@ -18,16 +18,17 @@ donated so that it is updated in place as in the decode loop):
     (`ancestral.categorical_rows`, `Ancestral(pruned=True)`), with the
     tokens they draw compared, and how many tokens per row can win.
 
-With --workload T [T ...] it times instead the benchmark's own workload
-(`bench_experiments.py`'s defaults: 4 test verses spread over the split x 2
-repeats, each call 8 x 64 samples of one verse) at each temperature and
-method, compiled first, and splits each call's wall time: the compiled
-segments of the loop (`sample_compacted`'s "segment_seconds") against the
-rest (the host's re-layouts of rows between segments, the encoder, the
-sorting of samples); and counts model row-steps (`row_steps`: one model
-row through one step, prefixes shared) per generated token:
+With --workload T [T ...] it times instead the paper grid's calls
+(`experiments_paper.py`'s Fig. 4 runs decode one verse per call, 8 repeats
+x 64 samples) on 4 test verses spread over the split, 2 calls each, at
+each temperature and method, compiled first, and splits each call's wall
+time: the compiled segments of the loop (`sample_compacted`'s
+"segment_seconds") against the rest (the host's re-layouts of rows
+between segments, the encoder, the sorting of samples); and counts model
+row-steps (`row_steps`: one model row through one step, prefixes shared)
+per generated token:
 
-    python scripts/profile_step.py --workload 0.1 0.5   # about 4 minutes
+    python scripts/profile_step.py --workload 0.1 0.5   # about 5 minutes
 
 Prints one JSON object and a one-line summary.
 """
