@@ -160,10 +160,11 @@ def pruned_draw_ms(translator, rows: int) -> dict:
 def workload_split(translator, temperature: float, method: str,
                    verses: int = 4, repeats: int = 2, n: int = 64,
                    per_call: int = 8) -> dict:
-  """Wall time of the benchmark workload's calls, split into the compiled
-  segments and the rest, with model row-steps and generated tokens (up to
-  and including EOS)."""
+  """Wall time of the paper grid's calls (`per_call` copies of one verse x
+  `n` samples), split into the compiled segments and the rest, with model
+  row-steps and generated tokens (up to and including EOS)."""
   from arithmetic_decoding.compaction import sample_compacted  # pylint: disable=g-import-not-at-top
+  from bench_experiments import EOS, _steps  # pylint: disable=g-import-not-at-top
   test = load_split("test")
   picks = np.linspace(0, len(test) - 1, verses).round().astype(int)
 
@@ -177,7 +178,7 @@ def workload_split(translator, temperature: float, method: str,
         start = time.perf_counter()
         out = sample_compacted(
             translator.model, translator.params, tokens, method=method,
-            eos_id=1, key=jax.random.PRNGKey(repeat), num_decodes=n,
+            eos_id=EOS, key=jax.random.PRNGKey(repeat), num_decodes=n,
             max_decode_len=translator.max_decode_len,
             temperature=temperature, compaction=translator.compaction,
             stats=stats)
@@ -185,9 +186,7 @@ def workload_split(translator, temperature: float, method: str,
         totals["seconds"] += time.perf_counter() - start
         totals["segment_seconds"] += stats["segment_seconds"]
         totals["row_steps"] += stats["row_steps"]
-        ends = samples == 1
-        totals["tokens"] += int(np.where(ends.any(-1), ends.argmax(-1) + 1,
-                                         samples.shape[-1]).sum())
+        totals["tokens"] += int(_steps(samples).sum())
     return totals
 
   run()  # compiles every program the timed pass runs
@@ -210,7 +209,7 @@ def main(argv=None) -> int:
                                                               512])
   parser.add_argument("--slots", type=int, nargs="+", default=[32, 64, 96])
   parser.add_argument("--workload", type=float, nargs="+", default=None,
-                      metavar="T", help="time the benchmark workload at "
+                      metavar="T", help="time the paper grid's calls at "
                       "these temperatures instead")
   args = parser.parse_args(argv)
   translator = Translator.load()
