@@ -3,15 +3,19 @@ on SmolLM2-135M and Gemma 3 270M (CPU), resumable.
 
   python scripts/passk.py            # run what is missing, then report
   python scripts/passk.py --report   # only the report from the records
+  python scripts/passk.py --rescore  # score the recorded HumanEval
+                                     # completions again, say what changed
 
 Each record is one group: G completions of one problem, drawn by
 `rollouts.group_rollouts` at (seed 0, step = repeat, prompt id = problem
 id) with scheme "shifted_lattice" (arithmetic) or "iid" (ancestral by
 inverse-CDF decoding of uniform codes: the same decode, so the time per
 completion is the same by construction), scored exactly (word problems) or
-by running the tests in the sandbox (HumanEval). Records are appended to
-results/passk/records.jsonl as they finish; the report writes
-results/passk/summary.json, summary.md and passk_*.png.
+by `humaneval.score` (HumanEval: the solution in the sandbox, the tests
+outside it; a run that would need model-written code to run without the
+sandbox refuses). Records are appended to results/passk/records.jsonl as
+they finish; the report writes results/passk/summary.json, summary.md and
+passk_*.png.
 """
 
 from __future__ import annotations
@@ -24,8 +28,7 @@ import time
 
 import numpy as np
 
-from arithmetic_apps import jsonl, llms
-from arithmetic_apps.sandbox import Limits, isolation, run_all
+from arithmetic_apps import jsonl, llms, sandbox
 from arithmetic_apps.verifiable import estimators as est
 from arithmetic_apps.verifiable import humaneval, word_problems
 from arithmetic_decoding.rollouts import group_rollouts
@@ -40,7 +43,7 @@ TASKS = {
     "humaneval": dict(problems=10, group=16, repeats=1, temperatures=(0.8,),
                       max_new_tokens=192),
 }
-SANDBOX = Limits(wall_seconds=10, cpu_seconds=5, memory_bytes=1 << 30)
+SANDBOX = humaneval.LIMITS  # 10 s wall, 5 s CPU, 1 GiB for the whole tree
 
 
 def items(tasks):
@@ -89,18 +92,72 @@ def measure(item):
     answers = [word_problems.extract_answer(x) for x in texts]
     rewards = [int(a == p["answer"]) for a in answers]
     reasons = []
+    isolation = None
   else:
-    outcomes = run_all([humaneval.program(p, x, humaneval.is_chat(llm))
-                        for x in texts], SANDBOX, workers=2)
     answers = []
-    rewards = [int(o.passed) for o in outcomes]
-    reasons = [o.status for o in outcomes]
+    rewards, reasons, isolation = score_humaneval(
+        p, texts, humaneval.is_chat(llm))
   return dict(task=task, model=model, temperature=t, method=method,
               repeat=repeat, problem=problem, rewards=rewards,
               answers=answers, reasons=reasons, texts=texts,
               codes=out.codes[0].tolist(), tokens=int(out.mask.sum()),
               seconds=round(seconds, 3), distinct=out.distinct()[0],
-              isolation=isolation() if task == "humaneval" else None)
+              isolation=isolation)
+
+
+def score_humaneval(problem, texts, chat):
+  """(rewards, statuses, isolation) of a group's completions."""
+  verdicts = humaneval.score_all([problem] * len(texts), texts, chat,
+                                 SANDBOX, workers=2)
+  isolation = {v.isolation for v in verdicts}
+  if len(isolation) != 1:
+    raise RuntimeError(f"a group scored under several isolations: "
+                       f"{isolation}")
+  return ([int(v.passed) for v in verdicts], [v.status for v in verdicts],
+          isolation.pop())
+
+
+def require_sandbox() -> str:
+  """The sandbox's isolation; exits with the reason where it cannot run
+  (model-written code never runs here without it)."""
+  try:
+    return sandbox.isolation()
+  except sandbox.SandboxUnavailable as e:
+    raise SystemExit(f"passk: HumanEval completions run only in the "
+                     f"sandbox, and it cannot run here: {e}") from None
+
+
+def rescore(path):
+  """Scores every recorded HumanEval completion again with the current
+  scorer, rewrites the records in place (rewards, reasons, isolation) and
+  returns one line per (model, T, method): passes before -> after."""
+  require_sandbox()
+  problems = humaneval.load_problems()
+  with open(path) as f:
+    lines = f.read().splitlines()
+  models = {}
+  changes = {}
+  for i, line in enumerate(lines):
+    r = json.loads(line)
+    if r["task"] != "humaneval":
+      continue
+    if r["model"] not in models:
+      models[r["model"]] = bool(llms.load(r["model"]).vocab.chat_template)
+    rewards, reasons, isolation = score_humaneval(
+        problems[r["problem"]], r["texts"], models[r["model"]])
+    cell = changes.setdefault((r["model"], r["temperature"], r["method"]),
+                              [0, 0, 0, 0])
+    cell[0] += sum(r["rewards"])
+    cell[1] += sum(rewards)
+    cell[2] += sum(a != b for a, b in zip(r["rewards"], rewards))
+    cell[3] += len(rewards)
+    r.update(rewards=rewards, reasons=reasons, isolation=isolation)
+    lines[i] = json.dumps(r)
+  with open(path + ".tmp", "w") as f:
+    f.write("\n".join(lines) + "\n")
+  os.replace(path + ".tmp", path)
+  return [f"{m} T={t} {method}: {a} -> {b} passed of {n} ({c} changed)"
+          for (m, t, method), (a, b, c, n) in sorted(changes.items())]
 
 
 def summarize(records):
@@ -142,6 +199,9 @@ def summarize(records):
     ks = [k for k in (1, 2, 4, 8, 16, 32, 64) if k <= g]
     row = dict(task=task, model=model, temperature=t, method=method,
                problems=n_p, group=g, repeats=reps, records=len(rs))
+    if task == "humaneval":
+      row["isolation"] = sorted({r.get("isolation") or "none recorded"
+                                 for r in rs})
     row["pass_at_k"] = {k: est.bootstrap(est.pass_at_k_sets(rewards > 0, k))
                         for k in ks}
     if method == "iid":
@@ -195,8 +255,10 @@ def report(rows, out):
     json.dump(rows, f, indent=1, default=str)
   by = {(r["task"], r["model"], r["temperature"], r["method"]): r
         for r in rows}
+  isolations = sorted({i for r in rows for i in r.get("isolation", [])})
   lines = ["# pass@k, arithmetic vs iid (`python scripts/passk.py --report`)",
-           "", f"Sandbox isolation: {isolation()}.", ""]
+           "", f"Sandbox isolation of the HumanEval scores: "
+           f"{', '.join(isolations) or 'none recorded'}.", ""]
   for task in TASKS:
     lines += [f"## {task}", "",
               "| model | T | k | pass@k arithmetic | pass@k iid | iid "
@@ -287,13 +349,21 @@ def main(argv=None):
                       choices=list(TASKS))
   parser.add_argument("--report", action="store_true",
                       help="only summarize the records already there")
+  parser.add_argument("--rescore", action="store_true",
+                      help="score the recorded HumanEval completions again "
+                           "with the current scorer, then report")
   args = parser.parse_args(argv)
   os.makedirs(args.out, exist_ok=True)
   path = os.path.join(args.out, "records.jsonl")
   todo = list(items(args.tasks))
-  if args.report:
+  if args.rescore:
+    for line in rescore(path):
+      print(line)
+  if args.report or args.rescore:
     done = jsonl.load(path, key)
   else:
+    if "humaneval" in args.tasks:
+      require_sandbox()
     done = jsonl.run_missing(path, todo, key=key, run=measure, desc="passk")
   rows = summarize([done[k] for k in todo if k in done])
   report(rows, args.out)

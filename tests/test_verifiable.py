@@ -9,7 +9,8 @@
 - The word-problem generator makes the committed test set; answers are
   extracted as documented.
 - Every HumanEval canonical solution passes in the sandbox (both prompt
-  styles) and a wrong body fails.
+  styles) and a wrong body fails (slow; the fast tier runs six); the
+  hostile solutions are in test_scoring.py.
 """
 
 import itertools
@@ -20,11 +21,14 @@ import types
 import numpy as np
 import pytest
 
-from arithmetic_apps.sandbox import Limits, run_all
+import sandbox_host
+from arithmetic_apps import sandbox
 from arithmetic_apps.verifiable import estimators as est
 from arithmetic_apps.verifiable import humaneval, word_problems
 from arithmetic_decoding.rollouts import group_codes
+from sandbox_host import needs_sandbox
 
+SLOT = sandbox_host.slot(3)
 ASSET = os.path.join(os.path.dirname(word_problems.__file__), "..", "assets",
                      "word_problems", "test.jsonl")
 
@@ -103,27 +107,47 @@ def test_word_problems_are_the_committed_test_set():
     word_problems.make_problems(0)
 
 
-def test_humaneval_canonical_solutions_pass_in_the_sandbox():
+@pytest.mark.slow
+@needs_sandbox
+def test_every_humaneval_canonical_solution_passes_and_wrong_bodies_fail():
   problems = humaneval.load_problems()
   assert len(problems) == 164
-  limits = Limits(wall_seconds=10, cpu_seconds=5)
-  right = [humaneval.program(p, p["canonical_solution"]) for p in problems]
+  right = [p["canonical_solution"] for p in problems]
   # As a chat model answers: the whole function in a fenced block.
-  fenced = [humaneval.program(p, "Here:\n```python\n" + p["prompt"] +
-                              p["canonical_solution"] + "```\nDone.",
-                              chat=True) for p in problems[:40]]
-  wrong = [humaneval.program(p, "    return None\n") for p in problems[:20]]
-  outcomes = run_all(right + fenced + wrong, limits, workers=2, first_slot=40)
-  assert [o.status for o in outcomes[:164 + 40]] == ["passed"] * (164 + 40)
-  assert not any(o.passed for o in outcomes[164 + 40:])
+  fenced = ["Here:\n```python\n" + p["prompt"] + p["canonical_solution"] +
+            "```\nDone." for p in problems[:40]]
+  verdicts = humaneval.score_all(problems, right, first_slot=SLOT)
+  verdicts += humaneval.score_all(problems[:40], fenced, chat=True,
+                                  first_slot=SLOT)
+  assert [(v.status, v.reason) for v in verdicts] == [("passed", "")] * 204
+  assert {v.isolation for v in verdicts} == {sandbox.isolation()}
+  wrong = humaneval.score_all(problems, ["    return None\n"] * 164,
+                              first_slot=SLOT)
+  assert not any(v.passed for v in wrong)
+  assert all(v.status == "failed" and v.calls >= 1 for v in wrong)
+
+
+@needs_sandbox
+def test_humaneval_canonical_solutions_pass_in_the_sandbox():
+  # The fast tier's sample: problems whose tests call prompt helpers (32:
+  # poly, 38: encode_cyclic), the entry point by name (33), random inputs
+  # (53), and a few plain ones.
+  problems = humaneval.load_problems()
+  picked = [problems[i] for i in (0, 2, 32, 33, 38, 53)]
+  verdicts = humaneval.score_all(
+      picked, [p["canonical_solution"] for p in picked], first_slot=SLOT)
+  assert [v.status for v in verdicts] == ["passed"] * len(picked)
+  assert all(v.calls >= 3 for v in verdicts)
+  wrong = humaneval.score_all(picked, ["    return None\n"] * len(picked),
+                              first_slot=SLOT)
+  assert [v.status for v in wrong] == ["failed"] * len(picked)
 
 
 def test_humaneval_prompts_and_cuts():
   p = {"prompt": "import math\n\n\ndef f(x):\n    \"\"\"doc\"\"\"\n",
        "entry_point": "f", "test": "def check(c):\n    assert c(2) == 3\n"}
-  body = humaneval.program(p, "    return x + 1\n\ndef g():\n  pass")
-  assert body == (p["prompt"] + "    return x + 1\n\n\n" + p["test"] +
-                  "\n\ncheck(f)\n")
+  body = humaneval.solution(p, "    return x + 1\n\ndef g():\n  pass")
+  assert body == p["prompt"] + "    return x + 1\n"  # no tests in it
   assert humaneval.cut("    return 1\n```\n") == "    return 1\n"
   assert humaneval.cut("    if x:\n        return 1\n#c") == \
       "    if x:\n        return 1\n"
@@ -134,8 +158,25 @@ def test_humaneval_prompts_and_cuts():
   text = humaneval.prompt_text(p, chat)
   assert text == (f"<user>{humaneval.REQUEST}\n\n```python\n"
                   f"{p['prompt'].rstrip()}\n```</user><assistant>")
-  full = humaneval.program(p, "```python\ndef f(x):\n    return x + 1\n```",
-                           chat=True)
-  assert full.startswith("import math\n\n\ndef f(x):\n    return x + 1\n")
-  body_only = humaneval.program(p, "    return x + 1", chat=True)
-  assert body_only.startswith(p["prompt"] + "    return x + 1\n")
+  full = humaneval.solution(p, "```python\ndef f(x):\n    return x + 1\n```",
+                            chat=True)
+  assert full == "import math\n\n\ndef f(x):\n    return x + 1\n"
+  body_only = humaneval.solution(p, "    return x + 1", chat=True)
+  assert body_only == p["prompt"] + "    return x + 1\n"
+
+
+def test_humaneval_checker_runs_the_dataset_test_here():
+  # The check is the problem's own code, run in this process, with the
+  # entry point's name bound to the candidate as well.
+  p = {"task_id": "T/0", "entry_point": "f",
+       "prompt": "def helper(x):\n    return 2 * x\n\n\ndef f(x):\n"
+                 "    \"\"\"doc\"\"\"\n",
+       "test": "def check(candidate):\n    assert candidate(1) == helper(1)\n"
+               "    assert f(2) == 4\n"}
+  calls = []
+  humaneval.checker(p)(lambda x: calls.append(x) or 2 * x)
+  assert calls == [1, 2]
+  with pytest.raises(AssertionError):
+    humaneval.checker(p)(lambda x: x)
+  with pytest.raises(ValueError, match="same length"):
+    humaneval.score_all([p], [])
