@@ -20,7 +20,7 @@ VENV_T5X := .venv-t5x
 PY_T5X := $(VENV_T5X)/bin/python
 T5X_WHEELS := ../shared/t5x
 
-.PHONY: demo test test-fast check-results test-t5x test-llm bench experiments clean
+.PHONY: demo test test-fast check-results test-t5x test-llm bench experiments clean sandbox-tools
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -55,17 +55,30 @@ $(VENV)/.llm-runtime-installed: $(VENV)/.test-installed
 demo: $(VENV)/.demo-installed
 	$(PY) -m arithmetic_apps.demo $(ARGS)
 
+# Model-written code runs under bubblewrap (`bwrap`, the OS package; see
+# apps/arithmetic_apps/sandbox.py): installed here where it is missing and
+# this is root with apt-get; elsewhere the sandbox's tests skip, saying so
+# (CI sets REQUIRE_SANDBOX=1, which makes them fail instead).
+sandbox-tools:
+	@command -v bwrap >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap; \
+	  else \
+	    echo "bubblewrap (bwrap) is missing: the sandbox's tests will skip"; \
+	  fi; }
+
 PYTEST := $(PY) -m pytest -q -rs --doctest-modules arithmetic_decoding \
   apps/arithmetic_apps tests --ignore=tests/integration_llm
 
 # Two pytest workers, each module on one worker (its module-scoped
 # fixtures, such as the multi-device runs, run once). A worker that crashes
 # ends the run, failed (a restarted worker can leave xdist waiting).
-test: $(VENV)/.test-installed
+test: $(VENV)/.test-installed sandbox-tools
 	$(PYTEST) -n 2 --dist loadscope --max-worker-restart 0
 
 # Two pytest workers (pytest-xdist) and 25 examples per property test.
-test-fast: $(VENV)/.test-installed
+test-fast: $(VENV)/.test-installed sandbox-tools
 	HYPOTHESIS_PROFILE=fast $(PYTEST) -m "not slow" -n 2 --max-worker-restart 0
 
 check-results: $(VENV)/.test-installed
