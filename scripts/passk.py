@@ -21,6 +21,7 @@ passk_*.png.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import sys
@@ -109,6 +110,14 @@ def score_humaneval(problem, texts, chat):
   """(rewards, statuses, isolation) of a group's completions."""
   verdicts = humaneval.score_all([problem] * len(texts), texts, chat,
                                  SANDBOX, workers=2)
+  for i, v in enumerate(verdicts):
+    if v.status == "error":  # the sandbox's failure, not the program's
+      print(f"passk: sandbox error on {problem['task_id']} completion {i}, "
+            f"scoring it again: {v.reason}", file=sys.stderr)
+      verdicts[i] = humaneval.score(problem, texts[i], chat, SANDBOX)
+      if verdicts[i].status == "error":
+        raise RuntimeError(f"the sandbox failed twice on {problem['task_id']}"
+                           f" completion {i}: {verdicts[i].reason}")
   isolation = {v.isolation for v in verdicts}
   if len(isolation) != 1:
     raise RuntimeError(f"a group scored under several isolations: "
@@ -202,6 +211,8 @@ def summarize(records):
     if task == "humaneval":
       row["isolation"] = sorted({r.get("isolation") or "none recorded"
                                  for r in rs})
+      row["statuses"] = dict(sorted(collections.Counter(
+          s for r in rs for s in r["reasons"]).items()))
     row["pass_at_k"] = {k: est.bootstrap(est.pass_at_k_sets(rewards > 0, k))
                         for k in ks}
     if method == "iid":
@@ -307,6 +318,14 @@ def report(rows, out):
         v = r["variance_ratio_vs_iid"]
         lines.append(f"| {model} | {t} | " + " | ".join(
             _fmt(v[g]) if g in v else "" for g in (4, 8, 16)) + " |")
+    statuses = [(k, r["statuses"]) for k, r in sorted(by.items())
+                if k[0] == task and r.get("statuses")]
+    if statuses:
+      lines += ["", "Sandbox verdicts (`sandbox.Verdict.status`) of every "
+                "completion:", ""]
+      for (_, model, t, method), counts in statuses:
+        lines.append(f"- {model} T={t} {method}: " + ", ".join(
+            f"{n} {s}" for s, n in counts.items()))
     lines.append("")
   with open(os.path.join(out, "summary.md"), "w") as f:
     f.write("\n".join(lines) + "\n")

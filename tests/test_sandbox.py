@@ -17,11 +17,12 @@ import math
 import os
 import socket
 import textwrap
+import threading
 
 import pytest
 
 import sandbox_host
-from arithmetic_apps import sandbox, sandbox_harness
+from arithmetic_apps import sandbox, sandbox_cgroups, sandbox_harness
 from arithmetic_apps.sandbox import Limits, run_checked, run_python
 from arithmetic_apps.verifiable import humaneval
 from sandbox_host import Host, needs_sandbox, needs_tree_limits
@@ -270,6 +271,35 @@ def test_process_limit_covers_the_whole_tree():
       ''', limits=_limits(processes=8)))
   assert report == 7  # 8 processes with the program itself
   host.assert_unchanged()
+
+
+@needs_sandbox
+@needs_tree_limits
+def test_slots_make_and_remove_their_groups_at_once():
+  # Slots share the base folder, which the last slot out removes: four
+  # threads making and removing their groups 100 times each never collide
+  # (a race here once failed a run as "error").
+  sandbox_host.require_tree_limits()
+  layout = sandbox_cgroups.layout()
+  failures = []
+
+  def churn(k):
+    group = sandbox_cgroups.SlotGroup(layout, f"slot-{sandbox_host.slot(1, k)}")
+    for _ in range(100):
+      try:
+        group.create(64 << 20, 4)
+        group.destroy()
+      except OSError as e:
+        failures.append(e)
+
+  threads = [threading.Thread(target=churn, args=(k,)) for k in range(4)]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join()
+  assert failures == []
+  for k in range(4):
+    Host(sandbox_host.slot(1, k)).assert_unchanged()
 
 
 @needs_sandbox

@@ -116,8 +116,8 @@ class Limits:
       whole gets at most one core (cgroup) for `wall_seconds`.
     memory_bytes: memory of the whole tree (cgroup, no swap), and the
       address space of each process (RLIMIT_AS).
-    processes: processes of the whole tree (cgroup, plus bwrap's two) and
-      of the slot's uid (RLIMIT_NPROC).
+    processes: processes of the whole tree (cgroup, plus bwrap's two and
+      `timeout`) and of the slot's uid (RLIMIT_NPROC).
     file_bytes: largest file it may write (RLIMIT_FSIZE).
     tmpfs_bytes: size of /tmp (its working directory), and of /dev/shm.
     output_bytes: stdout + stderr read before it is killed.
@@ -376,14 +376,24 @@ class _Process:
       env = {"PATH": os.path.dirname(rt.executable), "HOME": self.workdir,
              "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"}
     else:
-      command = [shutil.which("bwrap"), *bwrap_arguments(rt, limits, as_root), "--",
+      self.bwrap = shutil.which("bwrap")
+      command = [self.bwrap, *bwrap_arguments(rt, limits, as_root), "--",
                  rt.executable, *_FLAGS, _INSIDE, json.dumps(config)]
       env = {"PATH": os.defpath}
+      # Should this process die mid-run, `timeout` (coreutils) still ends
+      # bwrap, and the sandbox dies with it (--die-with-parent).
+      stopper = shutil.which("timeout")
+      if stopper is not None:
+        command = [stopper, "-s", "KILL",
+                   str(int(limits.wall_seconds) + 10), *command]
     try:
       layout = sandbox_cgroups.layout() if mode != "bwrap+rlimits" else None
       if mode != UNISOLATED and layout is not None:
         self.group = sandbox_cgroups.SlotGroup(layout, f"slot-{slot}")
-        self.group.create(int(limits.memory_bytes), int(limits.processes) + 2)
+        # The tree also holds bwrap's two processes (and timeout).
+        ours = 2 + (command[0] != self.bwrap)
+        self.group.create(int(limits.memory_bytes),
+                          int(limits.processes) + ours)
         command = ["/bin/sh", "-c", _JOIN, "sandbox-join",
                    *self.group.procs_files, "--", *command]
       self.proc = subprocess.Popen(

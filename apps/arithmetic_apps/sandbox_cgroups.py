@@ -185,14 +185,18 @@ class SlotGroup:
     first) with the tree's limits. The base folder is made as needed."""
     self.destroy()
     for _, d in self.dirs:
+      base = os.path.dirname(d)
       for attempt in range(100):  # another slot's destroy may remove the base
         try:
-          os.makedirs(os.path.dirname(d), exist_ok=True)
+          os.mkdir(base)  # (its parent is this process's group, or a root)
+        except FileExistsError:
+          pass
+        try:
           if self.layout.version == 2:
-            _enable_v2(os.path.dirname(d))
+            _enable_v2(base)
           os.mkdir(d)
           break
-        except FileNotFoundError:
+        except FileNotFoundError:  # the base went between the two mkdirs
           if attempt == 99:
             raise
     for controller, d in self.dirs:
