@@ -21,6 +21,7 @@ import os
 import platform
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -67,7 +68,8 @@ def _old_modules(commit):
       f.write(text)
     if name != "sandbox_child":
       spec = importlib.util.spec_from_file_location(name, target)
-      modules[name] = importlib.util.module_from_spec(spec)
+      modules[name] = sys.modules[name] = importlib.util.module_from_spec(
+          spec)
       spec.loader.exec_module(modules[name])
   return modules["old_sandbox"], modules["old_humaneval"]
 

@@ -15,7 +15,9 @@ import dataclasses
 import json
 import math
 import os
+import shutil
 import socket
+import subprocess
 import textwrap
 import threading
 
@@ -439,6 +441,48 @@ def test_burning_programs_are_contained(name):
   host.assert_unchanged()
   after = run_python("print(6 * 7)", LIMITS, slot=SLOT)
   assert (after.status, after.output) == ("exited", "42\n")
+
+
+APPS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
+    __file__))), "apps")
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+def _readable_by_others(path):
+  while path != "/":
+    if not os.stat(path).st_mode & 0o005:
+      return False
+    path = os.path.dirname(path)
+  return True
+
+
+@needs_sandbox
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None or
+    not os.path.exists(SYSTEM_PYTHON) or not _readable_by_others(APPS),
+    reason="runs the sandbox as uid 65534: needs root, setpriv, the OS's "
+           "python3 and a checkout others can read")
+def test_without_root_it_runs_in_a_user_namespace():
+  code = textwrap.dedent(r'''
+      import json
+      from arithmetic_apps import sandbox
+      outcome = sandbox.run_python(
+          "import os, json\n"
+          "print(json.dumps([os.getuid(), sorted(os.listdir('/'))]))\n")
+      verdict = sandbox.run_checked("def f(x):\n    return 2 * x\n", "f",
+                                    lambda f: f(21) == 42 or 1 / 0)
+      print(json.dumps([sandbox.isolation(), outcome.output, verdict.status]))
+      ''')
+  done = subprocess.run(
+      ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+       SYSTEM_PYTHON, "-c", code], capture_output=True, text=True, cwd="/",
+      env={"PATH": os.defpath, "HOME": "/tmp", "PYTHONPATH": APPS},
+      check=False)
+  assert done.returncode == 0, done.stderr
+  isolation, output, status = json.loads(done.stdout.splitlines()[-1])
+  uid, root = json.loads(output)
+  assert (isolation, uid, status) == ("bwrap+rlimits", 65534, "passed")
+  assert "harness" in root and "etc" not in root and "home" not in root
 
 
 # --- No silent weak mode -------------------------------------------------
