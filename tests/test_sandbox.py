@@ -12,11 +12,13 @@ controllers (skipped, with the reason, elsewhere).
 """
 
 import dataclasses
+import errno
 import json
 import math
 import os
 import shutil
 import socket
+import struct
 import subprocess
 import textwrap
 import threading
@@ -24,12 +26,15 @@ import threading
 import pytest
 
 import sandbox_host
-from arithmetic_apps import sandbox, sandbox_cgroups, sandbox_harness
+from arithmetic_apps import (sandbox, sandbox_cgroups, sandbox_harness,
+                             sandbox_seccomp)
 from arithmetic_apps.sandbox import Limits, run_checked, run_python
 from arithmetic_apps.verifiable import humaneval
 from sandbox_host import Host, needs_sandbox, needs_tree_limits
 
 SLOT = sandbox_host.slot(1)
+_NR = {"add_key": 248, "keyctl": 250} if os.uname().machine == "x86_64" \
+    else {"add_key": 217, "keyctl": 219}
 LIMITS = Limits(wall_seconds=6, cpu_seconds=2, memory_bytes=512 << 20,
                 processes=16, output_bytes=4096)
 
@@ -362,6 +367,67 @@ def test_it_cannot_signal_read_or_become_anything_of_the_host():
 
 
 @needs_sandbox
+def test_keyrings_and_user_namespaces_are_refused():
+  # A uid's user keyring outlives its processes: without the filter a run
+  # could leave data there for the next run of its slot.
+  host = Host(SLOT)
+  first, second = (_report(_run(r'''
+      import ctypes, json, os, subprocess, sys, threading
+      libc = ctypes.CDLL(None, use_errno=True)
+      def call(*args):
+          return [libc.syscall(*args), ctypes.get_errno()]
+      done = []
+      thread = threading.Thread(target=done.append, args=("thread",))
+      thread.start()
+      thread.join()
+      child = subprocess.run([sys.executable, "-c", "print('child')"],
+                             capture_output=True, text=True).stdout.strip()
+      print(json.dumps({{
+          "add_key": call({add_key}, b"user", b"left", b"data", 4, -4),
+          "keyctl": call({keyctl}, 10, -4, b"user", b"left", 0),
+          "user_ns": [libc.unshare(0x10000000), ctypes.get_errno()],
+          "still": done + [child]}}))
+      ''', add_key=nr["add_key"], keyctl=nr["keyctl"])) for nr in [_NR] * 2)
+  assert first == second == {"add_key": [-1, errno.EPERM],
+                             "keyctl": [-1, errno.EPERM],
+                             "user_ns": [-1, errno.EPERM],
+                             "still": ["thread", "child"]}
+  host.assert_unchanged()
+
+
+def test_the_seccomp_filter_decides_as_documented():
+  # The filter run by a small cBPF interpreter: (arch, nr, args[0]) ->
+  # the action.
+  program = sandbox_seccomp.bpf_program("x86_64")
+  ops = [struct.unpack("=HBBI", program[i:i + 8])
+         for i in range(0, len(program), 8)]
+
+  def run(arch, nr, arg0=0):
+    data = {0: nr, 4: arch, 16: arg0}
+    acc, pc = 0, 0
+    while True:
+      code, jt, jf, k = ops[pc]
+      pc += 1
+      if code == 0x20:
+        acc = data[k]
+      elif code == 0x06:
+        return k
+      else:
+        taken = {0x15: acc == k, 0x35: acc >= k, 0x45: bool(acc & k)}[code]
+        pc += jt if taken else jf
+
+  x86, allow = 0xC000003E, 0x7FFF0000
+  eperm, enosys = 0x50000 | errno.EPERM, 0x50000 | errno.ENOSYS
+  assert [run(x86, nr) for nr in (248, 249, 250)] == [eperm] * 3
+  assert run(x86, 435) == enosys  # clone3: glibc falls back to clone
+  assert run(x86, 272, 0x10000000) == run(x86, 56, 0x10000011) == eperm
+  assert run(x86, 272, 0x40000000) == run(x86, 56, 0x01200011) == allow
+  assert [run(x86, nr) for nr in (0, 1, 57, 59, 231)] == [allow] * 5
+  assert run(x86, 0x40000000 + 1) == run(0xC00000B7, 1) == 0x80000000
+  assert sandbox_seccomp.bpf_program("riscv64") is None
+
+
+@needs_sandbox
 def test_sqlite_and_fifos_cannot_reach_the_host(probe_folder):
   folder, _ = probe_folder
   host = Host(SLOT, folder)
@@ -481,7 +547,8 @@ def test_without_root_it_runs_in_a_user_namespace():
   assert done.returncode == 0, done.stderr
   isolation, output, status = json.loads(done.stdout.splitlines()[-1])
   uid, root = json.loads(output)
-  assert (isolation, uid, status) == ("bwrap+rlimits", 65534, "passed")
+  assert (isolation, uid, status) == ("bwrap+seccomp+rlimits", 65534,
+                                      "passed")
   assert "harness" in root and "etc" not in root and "home" not in root
 
 

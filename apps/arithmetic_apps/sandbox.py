@@ -45,6 +45,9 @@ bubblewrap, `bwrap`, from the OS packages):
                each process: RLIMIT_AS, RLIMIT_CPU, RLIMIT_FSIZE, 64 files,
                no core, RLIMIT_NPROC for the slot's uid (as root); the wall
                clock by the parent
+  calls        a seccomp filter (`sandbox_seccomp`) refuses the kernel's
+               keyrings (a uid's keyring outlives its processes) and new
+               user namespaces
   environment  PATH, HOME=/tmp, PWD=/tmp, LANG=C.UTF-8, PYTHONHASHSEED=0;
                `python -s -S -P -B -u`
   output       stdout and stderr together, at most `output_bytes`: a
@@ -77,6 +80,7 @@ import functools
 import glob
 import json
 import os
+import platform
 import select
 import shutil
 import signal
@@ -89,7 +93,7 @@ import time
 import traceback
 from typing import Callable, List, Optional, Sequence, Tuple
 
-from arithmetic_apps import sandbox_cgroups, sandbox_harness
+from arithmetic_apps import sandbox_cgroups, sandbox_harness, sandbox_seccomp
 
 FIRST_UID = 61000
 UNISOLATED = "none"
@@ -316,7 +320,8 @@ def _probe() -> str:
         "bubblewrap is not installed (apt-get install bubblewrap); pass "
         "isolation='none' to run model-written code without isolation")
   layout = sandbox_cgroups.layout()
-  name = "bwrap+" + (layout.name if layout else "rlimits")
+  name = "+".join(["bwrap"] + ["seccomp"] * (_filter() is not None) +
+                  [layout.name if layout else "rlimits"])
   outcome = _run(b"print('ok')", Limits(), 999, name, "run")
   if (outcome.status, outcome.output) != ("exited", "ok\n"):
     raise SandboxUnavailable(f"bwrap could not run a program here: "
@@ -324,11 +329,17 @@ def _probe() -> str:
   return name
 
 
+def _filter() -> Optional[bytes]:
+  return sandbox_seccomp.bpf_program(platform.machine())
+
+
 def isolation() -> str:
-  """What `run_python` and `run_checked` run under here: "bwrap+cgroup-v1"
-  or "bwrap+cgroup-v2" (bubblewrap, limits on the tree), "bwrap+rlimits"
-  (bubblewrap without root or cgroups: limits per process). Raises
-  `SandboxUnavailable` where bubblewrap cannot run."""
+  """What `run_python` and `run_checked` run under here: bubblewrap, then
+  "seccomp" where `sandbox_seccomp` has a filter for this machine, then
+  the limits: "cgroup-v1" or "cgroup-v2" (on the tree) or "rlimits" (per
+  process, without root or cgroups). "bwrap+seccomp+cgroup-v1" on this
+  project's machines. Raises `SandboxUnavailable` where bubblewrap cannot
+  run."""
   with _PROBE_LOCK:
     return _probe()
 
@@ -377,8 +388,16 @@ class _Process:
              "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"}
     else:
       self.bwrap = shutil.which("bwrap")
-      command = [self.bwrap, *bwrap_arguments(rt, limits, as_root), "--",
-                 rt.executable, *_FLAGS, _INSIDE, json.dumps(config)]
+      seccomp = []
+      if "seccomp" in mode:  # bwrap reads the filter from a pipe
+        filter_r, filter_w = os.pipe()
+        os.write(filter_w, _filter())
+        os.close(filter_w)
+        child_fds.append(filter_r)
+        seccomp = ["--seccomp", str(filter_r)]
+      command = [self.bwrap, *bwrap_arguments(rt, limits, as_root),
+                 *seccomp, "--", rt.executable, *_FLAGS, _INSIDE,
+                 json.dumps(config)]
       env = {"PATH": os.defpath}
       # Should this process die mid-run, `timeout` (coreutils) still ends
       # bwrap, and the sandbox dies with it (--die-with-parent).
@@ -387,8 +406,8 @@ class _Process:
         command = [stopper, "-s", "KILL",
                    str(int(limits.wall_seconds) + 10), *command]
     try:
-      layout = sandbox_cgroups.layout() if mode != "bwrap+rlimits" else None
-      if mode != UNISOLATED and layout is not None:
+      layout = sandbox_cgroups.layout() if "cgroup" in mode else None
+      if layout is not None:
         self.group = sandbox_cgroups.SlotGroup(layout, f"slot-{slot}")
         # The tree also holds bwrap's two processes (and timeout).
         ours = 2 + (command[0] != self.bwrap)
@@ -431,9 +450,9 @@ class _Process:
         return
 
   def kill(self) -> None:
-    """SIGKILL to bwrap's process group (its process 1 inside dies with
-    it, and the PID namespace with that) and to every process of the
-    slot's group."""
+    """SIGKILL to the launcher's process group (`timeout` and bwrap; the
+    sandbox's process 1 dies with bwrap, and the PID namespace with it).
+    `end` then empties the slot's control group, whatever is left."""
     try:
       os.killpg(self.proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
