@@ -20,8 +20,10 @@ import shutil
 import socket
 import struct
 import subprocess
+import sys
 import textwrap
 import threading
+import time
 
 import pytest
 
@@ -550,6 +552,50 @@ def test_without_root_it_runs_in_a_user_namespace():
   assert (isolation, uid, status) == ("bwrap+seccomp+rlimits", 65534,
                                       "passed")
   assert "harness" in root and "etc" not in root and "home" not in root
+
+
+@pytest.mark.slow
+@needs_sandbox
+def test_processes_that_start_at_once_all_find_the_sandbox():
+  # pytest's workers (and any two scorers) probe the sandbox at the same
+  # moment: each probe uses groups of its own.
+  probes = [subprocess.Popen(
+      [sys.executable, "-c", "from arithmetic_apps import sandbox\n"
+       "print(sandbox.isolation())\n"], stdout=subprocess.PIPE, text=True)
+            for _ in range(4)]
+  assert [p.communicate()[0].strip() for p in probes] == \
+      [sandbox.isolation()] * 4
+
+
+@pytest.mark.slow
+@needs_sandbox
+def test_a_run_ends_even_if_the_scorer_dies():
+  # The scorer is killed (SIGKILL) while its program sleeps: `timeout`
+  # still ends the sandbox (wall + 10 s), and the slot's next run empties
+  # its leftover group.
+  slot = sandbox_host.slot(1, 5)
+  uid = sandbox.FIRST_UID + slot
+  scorer = subprocess.Popen(
+      [sys.executable, "-c", textwrap.dedent(f'''
+          from arithmetic_apps import sandbox
+          sandbox.run_python("import time\\ntime.sleep(1000)\\n",
+                             sandbox.Limits(wall_seconds=1), slot={slot})
+          ''')])
+  try:
+    deadline = time.monotonic() + 60
+    while not sandbox_host._uid_processes(uid):
+      assert time.monotonic() < deadline, "the program never started"
+      time.sleep(0.05)
+  finally:
+    scorer.kill()
+    scorer.wait()
+  deadline = time.monotonic() + 60
+  while sandbox_host._uid_processes(uid):
+    assert time.monotonic() < deadline, "the sandbox outlived its scorer"
+    time.sleep(0.2)
+  after = run_python("print(6 * 7)", LIMITS, slot=slot)
+  assert (after.status, after.output) == ("exited", "42\n")
+  Host(slot).assert_unchanged()
 
 
 # --- No silent weak mode -------------------------------------------------

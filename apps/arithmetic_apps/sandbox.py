@@ -322,7 +322,10 @@ def _probe() -> str:
   layout = sandbox_cgroups.layout()
   name = "+".join(["bwrap"] + ["seccomp"] * (_filter() is not None) +
                   [layout.name if layout else "rlimits"])
-  outcome = _run(b"print('ok')", Limits(), 999, name, "run")
+  # Slot 999's uid, and a group of this process's own: two processes may
+  # probe at once.
+  outcome = _run(b"print('ok')", Limits(), 999, name, "run",
+                 group=f"probe-{os.getpid()}")
   if (outcome.status, outcome.output) != ("exited", "ok\n"):
     raise SandboxUnavailable(f"bwrap could not run a program here: "
                              f"{outcome.status}: {outcome.output[-500:]}")
@@ -359,7 +362,8 @@ class _Process:
   drained (and cut at the limit), and killed and cleaned up by `end`."""
 
   def __init__(self, source: bytes, limits: Limits, slot: int, mode: str,
-               run_mode: str, entry: Optional[str] = None):
+               run_mode: str, entry: Optional[str] = None,
+               group: Optional[str] = None):
     self.limits, self.mode = limits, mode
     self.start = time.monotonic()
     self.deadline = self.start + limits.wall_seconds
@@ -408,7 +412,7 @@ class _Process:
     try:
       layout = sandbox_cgroups.layout() if "cgroup" in mode else None
       if layout is not None:
-        self.group = sandbox_cgroups.SlotGroup(layout, f"slot-{slot}")
+        self.group = sandbox_cgroups.SlotGroup(layout, group or f"slot-{slot}")
         # The tree also holds bwrap's two processes (and timeout).
         ours = 2 + (command[0] != self.bwrap)
         self.group.create(int(limits.memory_bytes),
@@ -520,10 +524,10 @@ def _too_long(data: bytes, limits: Limits) -> Optional[str]:
   return None
 
 
-def _run(data: bytes, limits: Limits, slot: int, mode: str,
-         run_mode: str) -> Outcome:
+def _run(data: bytes, limits: Limits, slot: int, mode: str, run_mode: str,
+         group: Optional[str] = None) -> Outcome:
   try:
-    process = _Process(data, limits, slot, mode, run_mode)
+    process = _Process(data, limits, slot, mode, run_mode, group=group)
   except OSError as e:
     return Outcome("error", None, f"could not start: {e}", "", 0.0, mode)
   timed_out = False

@@ -153,7 +153,7 @@ def layout() -> Optional[Layout]:
     found = find_layout(info, own)
     if found is None:
       return None
-    probe = SlotGroup(found, "probe")
+    probe = SlotGroup(found, f"probe-{os.getpid()}")  # processes probe at once
     probe.create(memory_bytes=64 << 20, processes=4)
     probe.destroy()
     return found
