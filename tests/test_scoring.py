@@ -15,9 +15,13 @@ prompt. Each must fail; the same tricks around a right body must not stop
 it passing. The host is checked after each run (`sandbox_host`).
 """
 
+import os
+import sys
+
 import pytest
 
 import sandbox_host
+from arithmetic_apps import sandbox
 from arithmetic_apps.verifiable import humaneval
 from sandbox_host import Host, needs_sandbox
 
@@ -209,3 +213,19 @@ def test_right_answers_that_print_and_write_files_pass():
   verdict = humaneval.score(CLOSE, _fenced(noisy), chat=True, slot=SLOT)
   assert (verdict.passed, verdict.calls) == (True, 7)
   assert verdict.output.startswith("hello\n[1.0, 2.0, 3.9, 4.0, 5.0, 2.2]\n")
+
+
+def test_passk_refuses_to_score_without_the_sandbox(monkeypatch, tmp_path):
+  sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
+      os.path.abspath(__file__))), "scripts"))
+  import passk  # pylint: disable=g-import-not-at-top
+
+  def unavailable():
+    raise sandbox.SandboxUnavailable("bubblewrap is not installed")
+
+  monkeypatch.setattr(passk.sandbox, "isolation", unavailable)
+  with pytest.raises(SystemExit, match="only in the sandbox.*bubblewrap"):
+    passk.require_sandbox()
+  with pytest.raises(SystemExit, match="only in the sandbox"):
+    passk.main(["--tasks", "humaneval", "--out", str(tmp_path)])
+  assert os.listdir(tmp_path) == []  # nothing ran
