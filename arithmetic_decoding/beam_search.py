@@ -44,7 +44,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from arithmetic_decoding import validation
-from arithmetic_decoding.calls import jit_or_trace
+from arithmetic_decoding.request import jit_or_trace
 from arithmetic_decoding.wide_topk import wide_top_k
 from arithmetic_decoding.protocol import (DecodingState, call_model,
                                           expand_rows, map_batched)

@@ -30,6 +30,7 @@ Shapes: R rows (= B*N), V vocabulary, L sequence length.
 from __future__ import annotations
 
 import dataclasses
+import enum
 from typing import Any, Optional, Union
 
 import jax
@@ -64,19 +65,51 @@ class Distribution:
     return truncate(scale(raw, temperature), self.topk, self.topp)
 
 
+class Noise(enum.Enum):
+  """Where a row's random numbers at a step come from (static).
+
+  LOOP_STEP  fold_in(the step's key, row id): the loop splits its key once
+             per step, as T5X's loop does, and every row folds in its id.
+             A row's noise depends on the loop step, so rows must start
+             together (one decode call); the T5X drop-ins use it.
+  POSITION   fold_in(fold_in(the decode's key, row id), position): a row's
+             noise is a function of its id and the position it writes,
+             whatever step of whatever loop it is decoded in, so rows may
+             join a running batch at any step (`engine`'s LLM requests).
+
+  >>> key, ids = jax.random.PRNGKey(0), jnp.array([3, 3])
+  >>> k = Noise.POSITION.row_keys(key, key, ids, jnp.array([5, 6]))
+  >>> bool((k[0] == k[1]).all())
+  False
+  """
+
+  LOOP_STEP = "loop_step"
+  POSITION = "position"
+
+  def row_keys(self, step_key: jax.Array, decode_key: jax.Array,
+               row_ids: jax.Array, position: jax.Array) -> jax.Array:
+    """[R] keys, one per row, for this step (`step_key`: the loop's key of
+    the step; `decode_key`: the decode's key, the same at every step;
+    row_ids, position: int32 [R])."""
+    if self is Noise.LOOP_STEP:
+      return row_keys(step_key, row_ids)
+    # [R] keys -> [R] keys
+    return jax.vmap(jax.random.fold_in)(row_keys(decode_key, row_ids),
+                                        position)
+
+
 @dataclasses.dataclass(frozen=True)
 class Step:
   """Per-step inputs a chooser may need.
 
   Attributes:
-    key: the step's PRNG key (the same for all rows).
-    row_ids: int32 [R]; each row's global index b*N + j (`row_keys`).
+    keys: [R] PRNG keys, one per row (`Noise.row_keys`): a row's draw
+      depends on its own key only, never on the other rows.
     position: int32 [R]; the output position being written.
     targets: int32 [R, L] tokens to force (`TeacherForced` only), else None.
   """
 
-  key: jax.Array
-  row_ids: jax.Array
+  keys: jax.Array
   position: jax.Array
   targets: Optional[jax.Array] = None
 
@@ -148,16 +181,17 @@ def row_keys(key: jax.Array, row_ids: jax.Array) -> jax.Array:
   return jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, row_ids)
 
 
-def row_uniform(key: jax.Array, row_ids: jax.Array) -> jax.Array:
-  """float32 [R] uniform in [0, 1), one per row (see `row_keys`)."""
-  return jax.vmap(lambda k: jax.random.uniform(k, (), jnp.float32))(
-      row_keys(key, row_ids))
+def uniform_rows(keys: jax.Array) -> jax.Array:
+  """float32 [R] uniform in [0, 1), one per row key [R]."""
+  return jax.vmap(lambda k: jax.random.uniform(k, (), jnp.float32))(keys)
 
 
 class Chooser:
-  """Base of the strategies: `choose` (sampling), `from_greedy`,
-  `initial_codes` (the codes a row starts from when the caller gives none)
-  and `init_state` (the chooser's own loop state; None by default)."""
+  """Base of the strategies: `choose` (sampling), `choose_rows` (the same
+  over logits that rows share), `from_greedy`, `initial_codes` (the codes a
+  row starts from when the caller gives none), `init_state` (the chooser's
+  own loop state; None by default) and `on_one_device` (the variant for
+  rows that all sit on one device)."""
 
   def init_state(self, codes: jax.Array) -> Any:
     """The chooser's state before the first step, from the rows' codes [R]."""
@@ -174,11 +208,28 @@ class Chooser:
              dist: Distribution) -> Choice:
     raise NotImplementedError
 
+  def choose_rows(self, raw: jax.Array, rows: Optional[jax.Array],
+                  state: SamplingLoopState, step: Step,
+                  dist: Distribution) -> Choice:
+    """`choose` where row r reads the logits raw[rows[r]]: `raw` [P, V]
+    holds logits that rows share (`compaction`'s prefix sharing); None:
+    raw is [R, V], one per row. By default the rows' logits are gathered;
+    a chooser may run its per-logit passes once per shared row instead."""
+    if rows is not None:
+      raw = jnp.take(raw, rows, axis=0)  # [P, V] -> [R, V]
+    return self.choose(raw, state, step, dist)
+
   def from_greedy(self, greedy: Choice, state: SamplingLoopState,
                   step: Step) -> Choice:
     """This method's choice at temperature <= 1e-4, given Greedy's."""
     del state, step
     return greedy
+
+  def on_one_device(self) -> "Chooser":
+    """The same choices, bit for bit, computed for rows that all sit on one
+    device (a scheduler that does not split a step's rows over devices
+    asks for it); itself by default."""
+    return self
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,9 +237,14 @@ class Greedy(Chooser):
   """The argmax of the raw logits; it owns all of [0, 1), so codes pass."""
 
   def choose(self, raw, state, step, dist):
+    return self.choose_rows(raw, None, state, step, dist)
+
+  def choose_rows(self, raw, rows, state, step, dist):
     del step, dist
-    token = jnp.argmax(raw, axis=-1).astype(jnp.int32)  # [R, V] -> [R]
+    token = jnp.argmax(raw, axis=-1).astype(jnp.int32)  # [P, V] -> [P]
     valid = jnp.isfinite(jnp.max(raw, axis=-1))
+    if rows is not None:  # [P] -> [R]
+      token, valid = jnp.take(token, rows), jnp.take(valid, rows)
     return Choice.keeping_state(state, token, jnp.zeros_like(state.log_prob),
                                 valid)
 
@@ -240,7 +296,7 @@ class Arithmetic(Chooser):
     code = state.chooser_state
     # [R or P, V] -> [R]
     decoded = arithmetic_step(dist.transform(raw), code.residual, rows)
-    fresh = row_uniform(step.key, step.row_ids)
+    fresh = uniform_rows(step.keys)
     residual = refresh_residual(decoded.residual, decoded.log_prob, fresh)
     log_width = code.log_width + decoded.log_prob
     # A spent code is replaced by the row's fresh uniform.
@@ -266,6 +322,10 @@ class Ancestral(Chooser):
 
   pruned: bool = False
 
+  def on_one_device(self):
+    """`pruned`: the same tokens, candidates pooled over the step's rows."""
+    return dataclasses.replace(self, pruned=True)
+
   def choose(self, raw, state, step, dist):
     return self.choose_rows(raw, None, state, step, dist)
 
@@ -285,7 +345,7 @@ class Ancestral(Chooser):
     # NaN anywhere, +inf, or nothing finite: no distribution to draw from.
     valid = jnp.isfinite(jnp.max(x, axis=-1)) & ~jnp.any(jnp.isnan(x), axis=-1)
     safe = jnp.where(valid[:, None], x, 0.0)
-    keys = row_keys(step.key, step.row_ids)
+    keys = step.keys
     # [R] keys, [P, V] -> [R]
     if self.pruned:
       token = categorical_rows(keys, lax.optimization_barrier(safe),

@@ -1,29 +1,29 @@
-"""Sampling that drops ended rows and shares prefixes (host-driven, same
-samples).
+"""The compacted scheduler: a request's rows in host-driven segments that
+drop ended rows and share prefixes (the same samples).
 
-The decode loop steps all of its R rows until the last one ends: a row
-that drew EOS early still costs a full step (its model call, its attention
-over the cache) at every later step. Sampled rows of one input end at very
-different steps; on the embedded translation model 40 % of a loop's
-row-steps belong to rows that have already ended.
+The fused loop (`engine.run_fused`) steps all of a request's R rows until
+the last one ends: a row that drew EOS early still costs a full step (its
+model call, its attention over the cache) at every later step. Sampled rows
+of one input end at very different steps; on the embedded translation model
+40 % of a loop's row-steps belong to rows that have already ended.
 
-`sample_compacted` runs the same loop in short segments (`Compaction.
+`run_compacted` runs the request's own loop (`loop.run_segment`, with the
+request's chooser and options) in short segments (`Compaction.
 segment_steps` steps, each segment one compiled call) and, between
-segments, keeps only the rows that are still decoding: per input, the
-surviving rows are gathered to the front and the count is rounded up to
-`Compaction.multiple` (padded with ended rows of the same input, which the
-loop leaves as they are). The cache grows by `Compaction.growth_slots` as
-the rows advance, as with `loop.CacheGrowth`. The rows keep their global
-ids, the loop keeps its step count and PRNG stream, and cross-attention
-runs at its original shape (`EncoderDecoderModel.step_fn(group_rows=)`),
-so every sample, log-probability and code is the one `Method.decode`
-returns, bit for bit, on XLA:CPU from 64 rows per call up
-(`tests/test_throughput.py`).
+segments, keeps only the rows that are still decoding, rounded up to
+`Compaction.multiple` x 2^k (padded with ended rows, which the loop leaves
+as they are). The cache grows by the model's `CacheGrowth.slots` as the
+rows advance. The rows keep their ids, the loop keeps its step count and
+PRNG stream, and the model computes every row the same way at any row
+count from `Compaction.min_rows` up, so every sample, log-probability and
+code is the fused loop's, bit for bit, on XLA:CPU (`tests/test_engine.py`,
+`tests/test_throughput.py`).
 
-    tokens, log_probs, codes = sample_compacted(
-        model, params, encoder_tokens, method=Method.ARITHMETIC, eos_id=1,
-        key=jax.random.PRNGKey(0), num_decodes=64, max_decode_len=160,
-        temperature=0.5)
+    request, layout = for_row_model(model, params, encoder_tokens,
+                                    Method.ARITHMETIC, eos_id=1, key=key,
+                                    num_decodes=64, max_decode_len=160,
+                                    temperature=0.5)
+    tokens, log_probs, codes = run_compacted(request, layout)
 
 Example: 8 inputs x 64 samples at T = 0.5, segments of 8 steps. After 40
 steps input 3 has 11 rows still decoding (the most of any input): the next
@@ -35,25 +35,25 @@ any temperature arithmetic sampling's codes that lie close together decode
 the same prefix: the model's work for a prefix does not depend on which
 sample asked. So the sample rows are not model rows: each sample row
 reads the logits of the model row that holds its prefix (`owner`), and a
-model row runs once for all the samples on it. When the samples of one
-model row draw different tokens they part: the first keeps the row, the
-others take free rows, copied from it (`assign_model_rows`, `copy_rows`).
-A segment stops before a step that needs more model rows than it has; the
-host then lays the model rows out again (`pack_model_rows`), as it drops
-ended sample rows. Samples share within a run of the same input (the
-experiments decode one verse as 8 inputs x 64 samples: all 512 share);
-model rows are laid out in the cross-attention groups, so each reads its
-own input's keys at the original shape. Each sample still draws its token
-from its own code (or key) and its logits are those of its prefix, so the
-samples are again `Method.decode`'s, bit for bit.
+model row runs once for all the samples on it. A decoder-only model's
+prompt is prefilled once per prompt, not once per sample: all N samples
+start on their prompt's model row. When the samples of one model row draw
+different tokens they part: the first keeps the row, the others take free
+rows, copied from it (`assign_model_rows`, `copy_rows`). A segment stops
+before a step that needs more model rows than it has; the host then lays
+the model rows out again (`pack_model_rows`), as it drops ended sample
+rows. Each sample still draws its token from its own code (or key) and its
+logits are those of its prefix, so the samples are again the fused loop's.
 
 Example: one verse as 8 x 64 rows at T = 0.1: the model runs fewer than a
 third of the row-steps the 512 samples take, and never fewer than their
 distinct prefixes (`tests/test_throughput.py`).
 
-The model must be a `sharding.RowModel` that decodes from slot 0
-(`start_index` None: no prefilled prompt) and whose `step_fn` takes
-`lockstep` and `group_rows` (`EncoderDecoderModel`).
+The model's side comes with the request: a static step function of
+(context, state) (`request.DecodeRequest.context`) whose rows may be any
+subset that keeps its `RowLayout.groups` groups equal in size, and how its
+cache grows (`RowLayout.growth`). The model's cache carries its batch at
+axis 0.
 """
 
 from __future__ import annotations
@@ -62,37 +62,35 @@ import dataclasses
 import functools
 import math
 import time
-from typing import Optional, Tuple, Union
+from typing import Optional, Tuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from arithmetic_decoding import validation
-from arithmetic_decoding.calls import T5XArgs, validate
-from arithmetic_decoding.choosers import Ancestral, Arithmetic, Chooser
-from arithmetic_decoding.codes import CodeScheme
-from arithmetic_decoding.loop import (DecodeOptions, LoopInputs, ModelFns,
-                                      count_eos, initial_state, loop_fns)
-from arithmetic_decoding.methods import Method
+from arithmetic_decoding.choosers import Chooser
+from arithmetic_decoding.loop import (CacheGrowth, LoopInputs, ModelFns,
+                                      count_eos, initial_state, run_segment)
 from arithmetic_decoding.protocol import SPARE_SLOTS, SamplingLoopState
+from arithmetic_decoding.request import DecodeRequest
 from arithmetic_decoding.rows import sort_samples
 
 
 @dataclasses.dataclass(frozen=True)
 class Compaction:
-  """When and how finely `sample_compacted` drops ended rows (static).
+  """When and how finely `run_compacted` drops ended rows (static).
 
   Attributes:
     segment_steps: loop steps per compiled call; ended rows are dropped
       between calls.
-    multiple: rows kept per input are rounded up to this times a power
+    multiple: rows kept per pool are rounded up to this times a power
       of two (`geometric`) or to a multiple of this.
-    min_rows: never decode fewer rows than this in one call (XLA:CPU picks
-      other dot kernels for small batches, which moves last bits); a
-      decode of fewer rows runs without compaction or cache growth.
-    growth_slots: the cache starts with this many slots and grows by as
-      many when a row that is still decoding reaches its end.
+    min_rows: never run the model on fewer rows than this in one call
+      (XLA:CPU picks other dot kernels for small batches, which moves last
+      bits). A decode of fewer sample rows runs as the fused loop does
+      (all rows, the full cache: the fused loop's bits), unless
+      `pad_small`.
     share_prefixes: rows of one input that have decoded the same tokens so
       far share one model row (see `assign_model_rows`): the model runs
       once per distinct prefix, not once per sample.
@@ -102,108 +100,67 @@ class Compaction:
       of decoding more ended rows. On the bench workload
       (`scripts/bench_experiments.py --rounding`): the first pass, compiles
       included, ~20 % shorter; ~8 % fewer tokens/s once compiled.
+    pad_small: decodes of fewer than `min_rows` sample rows still run the
+      model on at least `min_rows` rows, so that a sample's bits do not
+      depend on how many rows it was decoded with (the LLM entry points:
+      the same completions alone or in any batch).
   """
 
   segment_steps: int = 8
   multiple: int = 8
   min_rows: int = 64
-  growth_slots: int = 32
   share_prefixes: bool = True
   geometric: bool = True
+  pad_small: bool = False
 
   def __post_init__(self):
-    for name in ("segment_steps", "multiple", "min_rows", "growth_slots"):
+    for name in ("segment_steps", "multiple", "min_rows"):
       validation.check_int(f"Compaction.{name}", getattr(self, name),
                            minimum=1)
-    for name in ("share_prefixes", "geometric"):
+    for name in ("share_prefixes", "geometric", "pad_small"):
       if not isinstance(getattr(self, name), bool):
         raise TypeError(f"Compaction.{name} must be a bool; got "
                         f"{getattr(self, name)!r}.")
 
 
-@dataclasses.dataclass
-class _Live:
-  """The rows a segment decodes: the loop state and what each row reads
-  (arrays on the device), and `rows` int [R'] numpy: their indices among
-  all R rows."""
+@dataclasses.dataclass(frozen=True)
+class RowLayout:
+  """What the compacted scheduler may do with a request's rows (static;
+  the entry point that made the step function knows it).
 
-  state: SamplingLoopState
-  row_ids: jax.Array
-  eos_count: jax.Array
-  rows: np.ndarray
+  Attributes:
+    growth: how the model's cache grows (`loop.CacheGrowth`): the cache
+      starts with the fewest `growth.slots` multiples that hold the
+      prompts and grows by as many when a row still decoding reaches its
+      end.
+    groups: the step function reads its rows as this many groups of
+      consecutive rows, equal in number (an encoder-decoder's per-input
+      cross-attention: group g reads input g); 1: any rows (a decoder-only
+      model). Model rows are laid out in these groups.
+    classes: the inputs form this many runs of equal inputs
+      (`same_input_runs`); the samples of one run may share model rows.
+      Either `classes` divides `groups` (each run's samples share the
+      model rows of its groups) or `groups` is 1 (all model rows form one
+      pool).
+  """
 
+  growth: CacheGrowth
+  groups: int = 1
+  classes: int = 1
 
-def _chooser(method: Method, code_scheme: CodeScheme):
-  if method is Method.ARITHMETIC:
-    return Arithmetic(code_scheme=code_scheme)
-  if method is Method.ANCESTRAL:  # rows on one device: pooled candidates
-    return Ancestral(pruned=True)
-  if method is Method.GREEDY:  # the arithmetic loop at temperature 0
-    return Arithmetic()
-  raise ValueError(f"method must be 'arithmetic', 'ancestral' or 'greedy' for "
-                   f"sample_compacted; got {method.value!r}.")
+  def __post_init__(self):
+    for name in ("groups", "classes"):
+      validation.check_int(f"RowLayout.{name}", getattr(self, name),
+                           minimum=1)
+    if self.groups % self.classes and self.groups != 1:
+      raise ValueError(f"RowLayout.classes ({self.classes}) must divide "
+                       f"RowLayout.groups ({self.groups}), or groups be 1.")
 
-
-@functools.partial(jax.jit, static_argnames=("model", "chooser", "eos_id",
-                                             "num_decodes", "max_decode_len",
-                                             "slots"))
-def _start(params, encoder_tokens, key, temperature, codes, *, model, chooser,
-           eos_id, num_decodes, max_decode_len, slots):
-  """-> (the loop's first state over a `slots`-slot cache, row ids [R],
-  initial EOS counts [R], the rows' context, the decode's options, codes
-  [R], the number of rows per cross-attention group)."""
-  inputs, cache, context = model.decode_start(params, encoder_tokens,
-                                              max_decode_len)
-  rows_total = encoder_tokens.shape[0] * num_decodes
-  row_context = model.row_context(params, context, jnp.arange(rows_total),
-                                  num_decodes)
-  call = validate(T5XArgs(inputs, cache,
-                          model.step_fn(params, row_context, lockstep=True),
-                          eos_id, key, num_decodes, temperature, topk=0),
-                  chooser, codes=codes)
-  rows = call.rows()
-  state = initial_state(rows.inputs, model.cache_growth().resize(rows.cache, slots),
-                        None, rows.rng, chooser.init_state(rows.codes))
-  return (state, rows.row_ids, count_eos(state.sequences, eos_id), row_context,
-          rows.temperature, rows.codes)
-
-
-@functools.partial(jax.jit, static_argnames=("model", "options", "group_rows",
-                                             "max_decode_len"))
-def _segment(params, row_context, state, row_ids, eos_count, temperature,
-             stop_step, *, model, options, group_rows, max_decode_len):
-  """Runs the loop from `state` until every row has ended, or step
-  `stop_step`, or a row still decoding reaches the end of the cache."""
-  fns = ModelFns(model.step_fn(params, row_context, lockstep=True,
-                               group_rows=group_rows))
-  inputs = LoopInputs(options.distribution(temperature), row_ids,
-                      jnp.asarray(max_decode_len, jnp.int32))
-  cond_fn, body_fn = loop_fns(inputs, fns, options, eos_count)
-  size = model.cache_growth().size_of(state.cache)
-
-  def segment_cond(s):
-    furthest = jnp.max(jnp.where(s.ended[:, 0], -1, s.cur_index))
-    return cond_fn(s) & (s.step < stop_step) & (furthest < size)
-
-  state = jax.lax.while_loop(segment_cond, body_fn, state)
-  return state, state.ended[:, 0], state.cur_index
-
-
-@functools.partial(jax.jit, static_argnames=("model", "slots"))
-def _take(state, row_ids, eos_count, take, *, model, slots):
-  """Rows `take` int [R'] of the live arrays, the cache resized to
-  `slots`."""
-  pick = lambda x: jnp.take(x, take, axis=0)
-  cache = jax.tree_util.tree_map(pick, state.cache)
-  growth = model.cache_growth()
-  if slots != growth.size_of(cache):
-    cache = growth.resize(cache, slots)
-  state = state.replace(
-      cur_index=pick(state.cur_index), sequences=pick(state.sequences),
-      cache=cache, cur_token=pick(state.cur_token), ended=pick(state.ended),
-      log_prob=pick(state.log_prob),
-      chooser_state=jax.tree_util.tree_map(pick, state.chooser_state))
-  return state, pick(row_ids), pick(eos_count)
+  @property
+  def pools(self) -> int:
+    """Sets of model rows that samples share within: one per class, or
+    one for all when the rows are independent (`groups` 1)."""
+    return self.classes if self.groups % self.classes == 0 else 1
 
 
 def assign_model_rows(owner, cur_token, ended, groups: int, model_rows: int):
@@ -305,117 +262,6 @@ def copy_rows(cache, to, frm, count):
                            chunk, cache)
 
 
-@dataclasses.dataclass(frozen=True)
-class _OnModelRows(Chooser):
-  """Sampling over logits per model row: the step's logits are [P, V] and
-  sample row r reads row owner[r] (the loop state's cache["owner"]). The
-  passes over the vocabulary that do not depend on the row's code or key
-  run once per model row (`choose_rows` of `Arithmetic`, of pruned
-  `Ancestral`), the same tokens bit for bit as on [C, V] gathered
-  logits."""
-
-  inner: Union[Arithmetic, Ancestral]
-
-  def choose(self, raw, state, step, dist):
-    return self.inner.choose_rows(raw, state.cache["owner"], state, step,
-                                  dist)
-
-  def from_greedy(self, greedy, state, step):
-    owner = state.cache["owner"]  # [P] -> [C]
-    return self.inner.from_greedy(dataclasses.replace(
-        greedy, token=jnp.take(greedy.token, owner),
-        valid=jnp.take(greedy.valid, owner)), state, step)
-
-
-def _shared_step_fn(step, model_rows: int, gather: bool = True):
-  """tokens_to_logits over sample rows from `step` over model rows: the
-  cache is {"model": the model's cache [P, ...], "owner": int [C],
-  "active": bool [C]}; each model row is fed its sample rows' token and
-  each sample row reads its model row's logits ([C, V]; or, without
-  `gather`, the model rows' [P, V], for `_OnModelRows`)."""
-
-  def tokens_to_logits(state):
-    owner, active = state.cache["owner"], state.cache["active"]
-    # [C, 1] -> [P, 1]: the rows of one model row feed the same token.
-    token = jnp.zeros((model_rows, 1), jnp.int32).at[
-        jnp.where(active, owner, model_rows)].set(state.cur_token,
-                                                  mode="drop")
-    index = jnp.broadcast_to(jnp.max(state.cur_index), (model_rows,))
-    logits, cache = step(state.replace(cur_token=token, cur_index=index,
-                                       cache=state.cache["model"]))
-    if gather:  # [P, V] -> [C, V]
-      logits = jnp.take(logits, owner, axis=0)
-    return logits, dict(state.cache, model=cache)
-
-  return tokens_to_logits
-
-
-@functools.partial(jax.jit, static_argnames=("model", "options", "group_rows",
-                                             "max_decode_len", "classes"))
-def _segment_shared(params, row_context, state, row_ids, eos_count,
-                    temperature, stop_step, *, model, options, group_rows,
-                    max_decode_len, classes):
-  """`_segment` with prefix sharing among the rows of each of `classes`
-  equal runs of rows (inputs that are the same): stops also before a step
-  that needs more model rows than the class has. Returns (state, ended
-  [C], cur_index [C], need [classes])."""
-  rows_m = jax.tree_util.tree_leaves(state.cache["model"])[0].shape[0]
-  step = model.step_fn(params, row_context, lockstep=True,
-                       group_rows=group_rows)
-  # The samplers read the logits per model row (others would gather them
-  # per sample row first).
-  on_model_rows = (isinstance(options.chooser, Arithmetic) or (
-      isinstance(options.chooser, Ancestral) and options.chooser.pruned))
-  if on_model_rows:
-    options = dataclasses.replace(options,
-                                  chooser=_OnModelRows(options.chooser))
-  fns = ModelFns(_shared_step_fn(step, rows_m, gather=not on_model_rows),
-                 shared_logits=on_model_rows)
-  inputs = LoopInputs(options.distribution(temperature), row_ids,
-                      jnp.asarray(max_decode_len, jnp.int32))
-  cond_fn, body_fn = loop_fns(inputs, fns, options, eos_count)
-  size = model.cache_growth().size_of(state.cache["model"])
-  pool = rows_m // classes
-
-  def assign(s):
-    return assign_model_rows(s.cache["owner"], s.cur_token[:, 0],
-                             s.ended[:, 0], classes, rows_m)
-
-  def segment_cond(s):
-    furthest = jnp.max(jnp.where(s.ended[:, 0], -1, s.cur_index))
-    fits = jnp.max(assign(s)[1]) <= pool
-    return cond_fn(s) & (s.step < stop_step) & (furthest < size) & fits
-
-  def shared_body(s):
-    owner, _, (to, frm, count) = assign(s)
-    cache = copy_rows(s.cache["model"], to, frm, count)
-    return body_fn(s.replace(cache={"model": cache, "owner": owner,
-                                    "active": ~s.ended[:, 0]}))
-
-  state = jax.lax.while_loop(segment_cond, shared_body, state)
-  return state, state.ended[:, 0], state.cur_index, assign(state)[1]
-
-
-@functools.partial(jax.jit, static_argnames=("model", "slots"))
-def _take_shared(state, row_ids, eos_count, take, model_take, owner, *, model,
-                 slots):
-  """Sample rows `take` [C'], model rows `model_take` [P'] (their cache
-  resized to `slots`), the sample rows' new owners `owner` [C']."""
-  pick = lambda x: jnp.take(x, take, axis=0)
-  cache = jax.tree_util.tree_map(lambda x: jnp.take(x, model_take, axis=0),
-                                 state.cache["model"])
-  growth = model.cache_growth()
-  if slots != growth.size_of(cache):
-    cache = growth.resize(cache, slots)
-  state = state.replace(
-      cur_index=pick(state.cur_index), sequences=pick(state.sequences),
-      cache={"model": cache, "owner": owner,
-             "active": ~pick(state.ended)[:, 0]},
-      cur_token=pick(state.cur_token), ended=pick(state.ended),
-      log_prob=pick(state.log_prob),
-      chooser_state=jax.tree_util.tree_map(pick, state.chooser_state))
-  return state, pick(row_ids), pick(eos_count)
-
 
 def pack_model_rows(owner: np.ndarray, ended: np.ndarray, groups: int,
                     per_group: int):
@@ -475,118 +321,6 @@ def keep_rows(ended: np.ndarray, groups: int, multiple: int,
   return (order + per_group * np.arange(groups)[:, None]).reshape(-1)
 
 
-def sample_compacted(model, params, encoder_tokens, *, method, eos_id: int,
-                     key: jax.Array, num_decodes: int, max_decode_len: int,
-                     temperature, codes: Optional[jax.Array] = None,
-                     code_scheme=CodeScheme.SHIFTED_LATTICE,
-                     compaction: Compaction = Compaction(),
-                     stats: Optional[dict] = None
-                     ) -> Tuple[jax.Array, jax.Array, jax.Array]:
-  """`method.decode`'s samples, decoded with ended rows dropped.
-
-  Args:
-    model: an `EncoderDecoderModel` (see the module docstring).
-    params: its parameters; encoder_tokens: int32 [B, S].
-    method: `Method.ARITHMETIC`, `ANCESTRAL` or `GREEDY` (or their names).
-    eos_id, key, num_decodes (N), max_decode_len (L), temperature (a
-      scalar), codes (float32 [B, N], arithmetic only), code_scheme: as
-      for `Method.decode` (top-k and top-p off).
-    compaction: segments and granularity (`Compaction`).
-    stats: a dict to fill with "segments" (compiled calls run),
-      "row_steps" (rows x loop steps decoded; without compaction it would
-      be R x the steps of the longest sample) and "segment_seconds" (wall
-      time from each segment's call until its ended rows reach the host:
-      the compiled loop's share of the call), or None.
-
-  Returns:
-    tokens int32 [B, N, L], log_probs float32 [B, N], codes float32 [B, N]
-    (zeros for ancestral sampling): each input's samples by increasing
-    log-probability, exactly as `Method.decode(..., return_codes=True)`.
-  """
-  method = Method.of(method)
-  chooser = _chooser(method, code_scheme)
-  if not isinstance(compaction, Compaction):
-    raise TypeError(f"compaction must be a Compaction; got "
-                    f"{type(compaction).__name__}.")
-  if model.start_index(encoder_tokens) is not None:
-    raise ValueError("sample_compacted decodes from slot 0; this model "
-                     "starts rows at a prefilled prompt (start_index).")
-  batch = encoder_tokens.shape[0]
-  rows_total = batch * num_decodes
-  small = rows_total < compaction.min_rows
-  first = max_decode_len if small else min(compaction.growth_slots,
-                                           max_decode_len)
-  state, row_ids, eos_count, row_context, temperature, codes = _start(
-      params, encoder_tokens, key,
-      jnp.float32(0.0 if method is Method.GREEDY else temperature), codes,
-      model=model, chooser=chooser, eos_id=eos_id, num_decodes=num_decodes,
-      max_decode_len=max_decode_len, slots=first)
-  options = DecodeOptions(eos_id=eos_id, num_decodes=num_decodes,
-                          chooser=chooser, topk=0, topp=0.0)
-  # Rows per cross-attention group (`EncoderDecoderModel.row_context`).
-  per_group = math.gcd(num_decodes, rows_total)
-  groups = rows_total // per_group
-  min_per_group = -(-compaction.min_rows // groups)
-  # Results of all R rows, filled in as rows are dropped and at the end.
-  sequences = np.zeros(state.sequences.shape, np.int32)
-  log_probs = np.zeros((rows_total,), np.float32)
-  live = _Live(state, row_ids, eos_count, np.arange(rows_total))
-  if compaction.share_prefixes and not small:
-    _share(live, params, row_context, temperature, model, options,
-           compaction, max_decode_len, groups, per_group,
-           same_input_runs(np.asarray(encoder_tokens)), sequences,
-           log_probs, stats)
-    return _finish(sequences, log_probs, codes, method, batch, num_decodes)
-  step = 0
-  counts = {"segments": 0, "row_steps": 0, "segment_seconds": 0.0}
-  while True:
-    step += compaction.segment_steps
-    done = int(live.state.step)
-    started = time.perf_counter()
-    state, ended, cur_index = _segment(
-        params, row_context, live.state, live.row_ids, live.eos_count,
-        temperature, jnp.int32(step), model=model, options=options,
-        group_rows=per_group, max_decode_len=max_decode_len)
-    ended, cur_index = np.asarray(ended), np.asarray(cur_index)
-    counts["segment_seconds"] += time.perf_counter() - started
-    live.state = state
-    counts["segments"] += 1
-    counts["row_steps"] += ended.size * (int(state.step) - done)
-    if ended.all():
-      break
-    size = model.cache_growth().size_of(state.cache)
-    grow = (not small and int(cur_index[~ended].max()) >= size and
-            size < max_decode_len)
-    slots = (min(size + compaction.growth_slots, max_decode_len) if grow
-             else size)
-    take = (np.arange(ended.size) if small else
-            keep_rows(ended, groups, compaction.multiple, min_per_group,
-                      compaction.geometric))
-    if take.size == ended.size and slots == size:
-      continue
-    if take.size < ended.size:  # rows leave: keep their results
-      sequences[live.rows] = np.asarray(state.sequences)
-      log_probs[live.rows] = np.asarray(state.log_prob)
-    live.state, live.row_ids, live.eos_count = _take(
-        state, live.row_ids, live.eos_count, jnp.asarray(take, jnp.int32),
-        model=model, slots=slots)
-    live.rows = live.rows[take]
-  sequences[live.rows] = np.asarray(live.state.sequences)
-  log_probs[live.rows] = np.asarray(live.state.log_prob)
-  if stats is not None:
-    stats.update(counts)
-  return _finish(sequences, log_probs, codes, method, batch, num_decodes)
-
-
-def _finish(sequences, log_probs, codes, method, batch, num_decodes):
-  """All rows' results -> `Method.decode`'s sorted [B, N, ...] arrays."""
-  # [R, L + SPARE_SLOTS] -> [R, L]: drop BOS and the spare slots.
-  decodes = jnp.asarray(sequences[:, 1:1 - SPARE_SLOTS])
-  if method is not Method.ARITHMETIC:
-    codes = jnp.zeros_like(codes)
-  return sort_samples(decodes, jnp.asarray(log_probs), codes, batch,
-                      num_decodes)
-
 
 def _round(n: int, multiple: int, least: int, most: int,
            geometric: bool = True) -> int:
@@ -626,79 +360,304 @@ def same_input_runs(encoder_tokens: np.ndarray) -> int:
   return batch
 
 
-def _share(live: _Live, params, row_context, temperature, model, options,
-           compaction: Compaction, max_decode_len: int, groups: int,
-           per_group: int, classes: int, sequences: np.ndarray,
-           log_probs: np.ndarray, stats: Optional[dict]) -> None:
-  """`sample_compacted`'s loop with prefix sharing; fills `sequences` and
-  `log_probs` of all rows.
 
-  Sample rows share within `classes` runs of same inputs (each run holds
-  whole cross-attention groups, `groups` of them in all, `per_group`
-  sample rows each); model rows are laid out as the cross-attention
-  groups read them, m per group (`per_group` at most), so a class's
-  pool of model rows is its groups' rows."""
-  rows_total = live.rows.size
-  spread = groups // classes  # cross-attention groups per class
-  least = -(-compaction.min_rows // groups)  # model rows per group
-  least_rows = -(-compaction.min_rows // classes)  # sample rows per class
-  m = _round(1, compaction.multiple, least, per_group, compaction.geometric)
-  model_take = np.arange(groups * m)  # the empty cache: any rows
-  owner = np.repeat(np.arange(classes) * spread * m, rows_total // classes)
-  live.state = live.state.replace(cache={
-      "model": live.state.cache, "owner": jnp.asarray(owner, jnp.int32),
-      "active": ~live.state.ended[:, 0]})
-  live.state, live.row_ids, live.eos_count = _take_shared(
-      live.state, live.row_ids, live.eos_count,
-      jnp.arange(rows_total, dtype=jnp.int32),
-      jnp.asarray(model_take, jnp.int32), jnp.asarray(owner, jnp.int32),
-      model=model,
-      slots=model.cache_growth().size_of(live.state.cache["model"]))
-  step = 0
+
+@dataclasses.dataclass(frozen=True)
+class _OnModelRows(Chooser):
+  """The request's chooser over logits per model row: the step's logits
+  are [P, V] and sample row r reads row owner[r] (the loop state's
+  cache["owner"]). The passes over the vocabulary that do not depend on
+  the row's code or key run once per model row (`Chooser.choose_rows`),
+  the same tokens bit for bit as on [C, V] gathered logits. A per-row
+  temperature is read per model row (the rows of a model row share a
+  prompt, and so a request)."""
+
+  inner: Chooser
+
+  def choose(self, raw, state, step, dist):
+    owner = state.cache["owner"]
+    if jnp.ndim(dist.temperature):  # [C] -> [P]
+      at = jnp.where(state.cache["active"], owner, raw.shape[0])
+      dist = dataclasses.replace(dist, temperature=jnp.zeros(
+          raw.shape[:1], jnp.float32).at[at].set(dist.temperature,
+                                                  mode="drop"))
+    return self.inner.choose_rows(raw, owner, state, step, dist)
+
+  def from_greedy(self, greedy, state, step):
+    owner = state.cache["owner"]  # [P] -> [C]
+    return self.inner.from_greedy(dataclasses.replace(
+        greedy, token=jnp.take(greedy.token, owner),
+        valid=jnp.take(greedy.valid, owner)), state, step)
+
+
+def _shared_step(step, model_rows: int):
+  """tokens_to_logits over sample rows from `step` over model rows: the
+  cache is {"model": the model's cache [P, ...], "owner": int [C],
+  "active": bool [C]}; each model row is fed the token of its sample rows
+  at their position (a model row no sample row decodes is fed 0 at
+  position 0) and the logits stay per model row ([P, V], for
+  `_OnModelRows`)."""
+
+  def tokens_to_logits(state):
+    owner, active = state.cache["owner"], state.cache["active"]
+    # [C] -> [P]: the rows of one model row feed the same token there.
+    at = jnp.where(active, owner, model_rows)
+    token = jnp.zeros((model_rows, 1), jnp.int32).at[at].set(
+        state.cur_token, mode="drop")
+    index = jnp.zeros((model_rows,), jnp.int32).at[at].set(
+        state.cur_index, mode="drop")
+    logits, cache = step(state.replace(cur_token=token, cur_index=index,
+                                       cache=state.cache["model"]))
+    return logits, dict(state.cache, model=cache)
+
+  return tokens_to_logits
+
+
+@dataclasses.dataclass
+class _Live:
+  """The rows a segment decodes (arrays on the device) and `rows` int
+  [C'] numpy: their indices among all C sample rows.
+
+  Attributes:
+    state: the loop state; its cache is {"model", "owner", "active"}.
+    row_ids: int32 [C']; temperature: float32 [] or [C'];
+    max_decode_len: int32 [] or [C']; eos_count: int32 [C'] (`count_eos`
+    of each row before the first step).
+  """
+
+  state: SamplingLoopState
+  row_ids: jax.Array
+  temperature: jax.Array
+  max_decode_len: jax.Array
+  eos_count: jax.Array
+  rows: np.ndarray
+
+  def arrays(self):
+    return (self.state, self.row_ids, self.temperature, self.max_decode_len,
+            self.eos_count)
+
+
+@functools.partial(jax.jit, static_argnames=("options", "slots", "growth"))
+def _start(request: DecodeRequest, owner, model_take, *, options, slots,
+           growth):
+  """The live arrays of all C sample rows, their model rows
+  `request.cache[model_take]` (the inputs whose caches they start from)
+  over `slots` slots, each sample row on model row `owner`."""
+  rows = request.rows(with_cache=False)
+  cache = jax.tree_util.tree_map(lambda x: jnp.take(x, model_take, axis=0),
+                                 request.cache)
+  if slots != growth.size_of(cache):
+    cache = growth.resize(cache, slots)
+  state = initial_state(rows.inputs, None, rows.initial_index, rows.rng,
+                        options.chooser.init_state(rows.codes))
+  state = state.replace(cache={"model": cache, "owner": owner,
+                               "active": ~state.ended[:, 0]})
+  return (state, rows.row_ids, rows.temperature,
+          jnp.broadcast_to(rows.max_decode_len, rows.row_ids.shape),
+          count_eos(state.sequences, options.eos_id), rows.codes, rows.rng)
+
+
+@functools.partial(jax.jit, static_argnames=("fns", "options", "pools",
+                                             "growth"))
+def _segment(context, state, row_ids, temperature, max_decode_len, eos_count,
+             topk, topp, decode_key, stop_step, *, fns, options, pools,
+             growth):
+  """The request's loop from `state` until every row has ended, or step
+  `stop_step`, or a row still decoding reaches the end of the cache, or a
+  step would need more model rows than a pool has. Returns (state, ended
+  [C], cur_index [C], need [pools])."""
+  if context is not None:
+    fns = dataclasses.replace(fns, tokens_to_logits=functools.partial(
+        fns.tokens_to_logits, context))
+  rows_m = jax.tree_util.tree_leaves(state.cache["model"])[0].shape[0]
+  shared = ModelFns(_shared_step(fns.tokens_to_logits, rows_m),
+                    shared_logits=True)
+  options = dataclasses.replace(
+      options, chooser=_OnModelRows(options.chooser.on_one_device()))
+  inputs = LoopInputs(options.distribution(temperature, topk, topp),
+                      row_ids=row_ids, max_decode_len=max_decode_len,
+                      decode_key=decode_key)
+
+  def assign(s):
+    return assign_model_rows(s.cache["owner"], s.cur_token[:, 0],
+                             s.ended[:, 0], pools, rows_m)
+
+  def prepare(s):
+    owner, _, (to, frm, count) = assign(s)
+    cache = copy_rows(s.cache["model"], to, frm, count)
+    return s.replace(cache={"model": cache, "owner": owner,
+                            "active": ~s.ended[:, 0]})
+
+  state = run_segment(
+      state, inputs, shared, options, eos_count, stop_step=stop_step,
+      slots=growth.size_of(state.cache["model"]) + growth.lag,
+      fits=lambda s: jnp.max(assign(s)[1]) <= rows_m // pools,
+      prepare=prepare)
+  return state, state.ended[:, 0], state.cur_index, assign(state)[1]
+
+
+@functools.partial(jax.jit, static_argnames=("slots", "growth"))
+def _take(live_arrays, take, model_take, owner, *, slots, growth):
+  """Sample rows `take` [C'] and model rows `model_take` [P'] (their cache
+  resized to `slots`) of the live arrays; the sample rows' new model rows
+  `owner` [C']."""
+  state, row_ids, temperature, max_decode_len, eos_count = live_arrays
+  pick = lambda x: jnp.take(x, take, axis=0)
+  cache = jax.tree_util.tree_map(lambda x: jnp.take(x, model_take, axis=0),
+                                 state.cache["model"])
+  if slots != growth.size_of(cache):
+    cache = growth.resize(cache, slots)
+  state = state.replace(
+      cur_index=pick(state.cur_index), sequences=pick(state.sequences),
+      cache={"model": cache, "owner": owner,
+             "active": ~pick(state.ended)[:, 0]},
+      cur_token=pick(state.cur_token), ended=pick(state.ended),
+      log_prob=pick(state.log_prob),
+      chooser_state=jax.tree_util.tree_map(pick, state.chooser_state))
+  return (state, pick(row_ids),
+          pick(temperature) if jnp.ndim(temperature) else temperature,
+          pick(max_decode_len), pick(eos_count))
+
+
+def run_compacted(request: DecodeRequest, layout: RowLayout,
+                  compaction: Compaction = Compaction(),
+                  stats: Optional[dict] = None
+                  ) -> Tuple[jax.Array, jax.Array, jax.Array]:
+  """The compacted scheduler: the request's samples, decoded with ended
+  rows dropped and prefixes shared.
+
+  Args:
+    request: a `DecodeRequest` whose step function takes a context
+      (`DecodeRequest.context`), without callbacks, its cache's batch at
+      axis 0.
+    layout: what may be done with its rows (`RowLayout`).
+    compaction: segments and granularity (`Compaction`).
+    stats: a dict to fill with "segments" (compiled calls run),
+      "row_steps" (model rows x loop steps decoded), "sample_row_steps"
+      (sample rows x steps; the fused loop decodes R x the steps of the
+      longest sample) and "segment_seconds" (wall time from each segment's
+      call until its ended rows reach the host: the compiled loop's share
+      of the call), or None.
+
+  Returns:
+    tokens int32 [B, N, L], log_probs float32 [B, N], codes float32 [B, N]:
+    each input's samples by increasing log-probability, as
+    `engine.run_fused(request)` returns them.
+  """
+  if not isinstance(compaction, Compaction):
+    raise TypeError(f"compaction must be a Compaction; got "
+                    f"{type(compaction).__name__}.")
+  if not isinstance(layout, RowLayout):
+    raise TypeError(f"layout must be a RowLayout; got "
+                    f"{type(layout).__name__}.")
+  fns, options = request.fns, request.options
+  if fns.state_callback_fn is not None or fns.logit_callback_fn is not None:
+    raise ValueError("the compacted scheduler runs no callbacks (its steps "
+                     "see model rows, not sample rows): use the fused one.")
+  if options.cache_offset != 0 or request.targets is not None:
+    raise ValueError("the compacted scheduler samples, from a cache whose "
+                     "batch is at axis 0.")
+  if request.batch % layout.classes or (
+      layout.groups > 1 and layout.groups != request.batch):
+    raise ValueError(f"layout {layout} does not fit {request.batch} inputs.")
+  batch, n = request.batch, request.num_decodes
+  rows_total = batch * n
+  growth = layout.growth
+  small = rows_total < compaction.min_rows and not compaction.pad_small
+  share = compaction.share_prefixes and not small
+  groups = layout.groups
+  per_class_pools = groups % layout.classes == 0
+  pools = layout.pools if share else (groups if per_class_pools else 1)
+  spread = groups // pools if per_class_pools else 1
+  # Model rows per cross-attention group: at least min_rows in all, at most
+  # the group's sample rows (padded up to min_rows with `pad_small`).
+  least = -(-compaction.min_rows // groups)
+  cap = rows_total // groups
+  if compaction.pad_small:
+    cap = max(cap, least)
+  if share:
+    per_pool = layout.classes // pools  # classes whose samples share a pool
+    m = _round(-(-per_pool // spread), compaction.multiple, least, cap,
+               compaction.geometric)
+    rows_m = pools * spread * m
+    inputs_per_class = batch // layout.classes
+    klass = np.arange(rows_total) // n // inputs_per_class  # [C]
+    owner = (klass // per_pool) * spread * m + klass % per_pool
+    model_take = np.zeros(rows_m, np.int64)  # the first input of a pool
+    model_take[::spread * m] = np.arange(0, batch, batch // pools)
+    model_take[owner] = np.arange(rows_total) // n
+  else:
+    rows_m = rows_total if small else max(rows_total, compaction.min_rows)
+    m = rows_m // groups
+    owner = np.arange(rows_total)
+    model_take = np.minimum(np.arange(rows_m), rows_total - 1) // n
+  full = growth.size_of(request.cache)
+  start = (0 if request.initial_index is None else
+           int(np.max(np.asarray(request.initial_index))))
+  slots = (full if small else
+           min(full, -(-(start + 1 - growth.lag) // growth.slots) *
+               growth.slots))
+  state, row_ids, temperature, max_len, eos_count, codes, decode_key = _start(
+      request, jnp.asarray(owner, jnp.int32),
+      jnp.asarray(model_take, jnp.int32), options=options, slots=slots,
+      growth=growth)
+  live = _Live(state, row_ids, temperature, max_len, eos_count,
+               np.arange(rows_total))
+  sequences = np.zeros(state.sequences.shape, np.int32)
+  log_probs = np.zeros((rows_total,), np.float32)
+  least_rows = -(-compaction.min_rows // (layout.classes if share else pools))
   counts = {"segments": 0, "row_steps": 0, "sample_row_steps": 0,
             "segment_seconds": 0.0}
+  step = 0
   while True:
     done = int(live.state.step)
-    step = max(step, done) + compaction.segment_steps
+    step = (np.iinfo(np.int32).max if small else
+            max(step, done) + compaction.segment_steps)
     started = time.perf_counter()
-    state, ended, cur_index, need = _segment_shared(
-        params, row_context, live.state, live.row_ids, live.eos_count,
-        temperature, jnp.int32(step), model=model, options=options,
-        group_rows=per_group, max_decode_len=max_decode_len, classes=classes)
+    state, ended, cur_index, need = _segment(
+        request.context, *live.arrays(), request.topk, request.topp,
+        decode_key, jnp.int32(step), fns=fns, options=options, pools=pools,
+        growth=growth)
     ended, cur_index = np.asarray(ended), np.asarray(cur_index)
     need = -(-int(np.asarray(need).max()) // spread)  # per group
     counts["segment_seconds"] += time.perf_counter() - started
     live.state = state
     steps = int(state.step) - done
     counts["segments"] += 1
-    counts["row_steps"] += groups * m * steps
+    counts["row_steps"] += rows_m * steps
     counts["sample_row_steps"] += ended.size * steps
     if ended.all():
       break
-    size = model.cache_growth().size_of(state.cache["model"])
-    grow = (int(cur_index[~ended].max()) >= size and size < max_decode_len)
-    slots = (min(size + compaction.growth_slots, max_decode_len) if grow
-             else size)
-    take = keep_rows(ended, classes, compaction.multiple, least_rows,
+    size = growth.size_of(state.cache["model"])
+    grow = (int(cur_index[~ended].max()) - growth.lag >= size and
+            size < full)
+    slots = min(size + growth.slots, full) if grow else size
+    take = keep_rows(ended, pools, compaction.multiple, least_rows,
                      compaction.geometric)
-    # Overflow (a step needs more model rows): twice what it needs.
-    m_new = _round(2 * need if need > m else need, compaction.multiple,
-                   least, per_group, compaction.geometric)
+    if share:
+      # Overflow (a step needs more model rows): twice what it needs.
+      m_new = _round(2 * need if need > m else need, compaction.multiple,
+                     least, cap, compaction.geometric)
+    else:
+      m_new = max(take.size, least * groups if compaction.pad_small
+                  else 0) // groups
     if take.size == ended.size and slots == size and m_new == m:
       continue
     if take.size < ended.size:  # rows leave: keep their results
       sequences[live.rows] = np.asarray(state.sequences)
       log_probs[live.rows] = np.asarray(state.log_prob)
     model_take, owner = pack_model_rows(
-        np.asarray(state.cache["owner"])[take], ended[take], classes,
-        spread * m_new)
-    live.state, live.row_ids, live.eos_count = _take_shared(
-        state, live.row_ids, live.eos_count, jnp.asarray(take, jnp.int32),
-        jnp.asarray(model_take, jnp.int32), jnp.asarray(owner, jnp.int32),
-        model=model, slots=slots)
-    live.rows = live.rows[take]
-    m = m_new
+        np.asarray(state.cache["owner"])[take], ended[take], pools,
+        m_new * groups // pools)
+    arrays = _take(live.arrays(), jnp.asarray(take, jnp.int32),
+                   jnp.asarray(model_take, jnp.int32),
+                   jnp.asarray(owner, jnp.int32), slots=slots, growth=growth)
+    live = _Live(*arrays, live.rows[take])
+    m, rows_m = m_new, m_new * groups
   sequences[live.rows] = np.asarray(live.state.sequences)
   log_probs[live.rows] = np.asarray(live.state.log_prob)
   if stats is not None:
     stats.update(counts)
+  # [C, L + SPARE_SLOTS] -> [C, L]: drop BOS and the spare slots.
+  decodes = jnp.asarray(sequences[:, 1:1 - SPARE_SLOTS])
+  return sort_samples(decodes, jnp.asarray(log_probs), codes, batch, n)

@@ -1,13 +1,14 @@
 """`arithmetic_sample`: T5X's `temperature_sample`, drawing with codes.
 
 The public entry points with T5X's signature, defaults and returns. Each
-gathers its arguments (`calls.T5XArgs`), validates them once into a
-`calls.DecodeCall` with its token chooser, and runs the one core: expand to
-B*N rows (`rows`), run T5X's loop (`loop`) with the chooser (`choosers`),
-sort each input's samples by increasing log-prob.
+gathers its arguments (`request.T5XArgs`), builds one validated
+`request.DecodeRequest` for its method (`request.from_t5x`) and runs it
+with the fused scheduler (`engine.run_fused`): expand to B*N rows (`rows`),
+run T5X's loop (`loop`) with the method's chooser (`choosers`), sort each
+input's samples by increasing log-prob.
 
-  arithmetic_sample   chooser `Arithmetic`: each sample decodes its code
-  ancestral_sample    chooser `Ancestral`: each row draws from its own key
+  arithmetic_sample   `Method.ARITHMETIC`: each sample decodes its code
+  ancestral_sample    `Method.ANCESTRAL`: each row draws from its own key
                       (the baseline, in the same loop)
 
 Shapes: B inputs, N = num_decodes samples each, L = inputs.shape[1];
@@ -20,27 +21,13 @@ from typing import Mapping, Optional, Union
 
 import jax
 
-from arithmetic_decoding import validation
-from arithmetic_decoding.calls import DecodeCall, T5XArgs, jit_or_trace, validate
 from arithmetic_decoding.categorical import CODE_RESOLUTION
-from arithmetic_decoding.choosers import Ancestral, Arithmetic
 from arithmetic_decoding.codes import CodeScheme, SchemeLike
+from arithmetic_decoding.engine import run_fused
 from arithmetic_decoding.loop import (CacheGrowth, LogitCallbackFn,
                                      StateCallbackFn, TokensToLogits)
-from arithmetic_decoding.rows import decode_rows, sort_samples
-
-
-def sample_core(call: DecodeCall):
-  """A validated call -> sorted (decodes [B, N, L], log_probs [B, N], codes
-  [B, N])."""
-  rows = call.rows()
-  decodes, log_probs, codes = decode_rows(rows, call.topk, call.topp,
-                                          call.fns, call.options)
-  return sort_samples(decodes, log_probs, codes, call.inputs.shape[0],
-                      call.options.num_decodes)
-
-
-_sample_core_jit = jax.jit(sample_core)
+from arithmetic_decoding.methods import Method
+from arithmetic_decoding.request import T5XArgs, from_t5x
 
 
 def arithmetic_sample(
@@ -112,7 +99,7 @@ def arithmetic_sample(
       infer` passes the same keys on every run; bind
       `arithmetic_sample.seed` in gin to draw a different sample set.
     row_ids: keyword-only; int [B, N] naming each row's noise (the fresh
-      uniforms after a spent code, `choosers.row_uniform`); default the
+      uniforms after a spent code, `choosers.Noise`); default the
       global row index b*N + j. With ids that name the sample rather than
       its place (`rollouts.noise_ids`), a (code, id) pair decodes to the
       same tokens in any batch.
@@ -134,12 +121,11 @@ def arithmetic_sample(
         jnp.zeros((1, 3), jnp.int32), {}, tokens_to_logits, eos_id=1,
         decode_rng=jax.random.PRNGKey(0), num_decodes=4, topk=0)
   """
-  chooser = Arithmetic(validation.check_code_resolution(code_resolution),
-                       code_scheme)
-  call = validate(T5XArgs.of(locals()), chooser, codes=codes, seed=seed,
-                  row_ids=row_ids, cache_growth=cache_growth)
-  decodes, log_probs, sorted_codes = jit_or_trace(sample_core,
-                                                  _sample_core_jit, call)
+  request = from_t5x(T5XArgs.of(locals()), Method.ARITHMETIC, seed=seed,
+                     codes=codes, code_scheme=code_scheme,
+                     code_resolution=code_resolution, row_ids=row_ids,
+                     cache_growth=cache_growth)
+  decodes, log_probs, sorted_codes = run_fused(request)
   if return_codes:
     return decodes, log_probs, sorted_codes
   return decodes, log_probs
@@ -177,6 +163,6 @@ def ancestral_sample(
   The baseline that arithmetic sampling is measured against. `seed` and
   `cache_growth` (keyword-only) are as in `arithmetic_sample`.
   """
-  call = validate(T5XArgs.of(locals()), Ancestral(), seed=seed,
-                  cache_growth=cache_growth)
-  return jit_or_trace(sample_core, _sample_core_jit, call)[:2]
+  request = from_t5x(T5XArgs.of(locals()), Method.ANCESTRAL, seed=seed,
+                     cache_growth=cache_growth)
+  return run_fused(request)[:2]

@@ -28,17 +28,18 @@ from typing import Mapping, Optional, Tuple, Union
 
 import jax
 
-from arithmetic_decoding.calls import DecodeCall, T5XArgs, jit_or_trace, validate
 from arithmetic_decoding.choosers import TeacherForced
 from arithmetic_decoding.loop import LogitCallbackFn, StateCallbackFn, TokensToLogits
+from arithmetic_decoding.request import (DecodeRequest, T5XArgs, from_t5x,
+                                         jit_or_trace)
 from arithmetic_decoding.rows import run_rows
 
 
-def encode_core(call: DecodeCall) -> Tuple[jax.Array, jax.Array]:
-  """A validated call with targets -> (low [B, N], log_width [B, N])."""
-  batch, n = call.inputs.shape[0], call.options.num_decodes
-  final = run_rows(call.rows(), call.topk, call.topp,
-                   call.fns, call.options)
+def encode_core(request: DecodeRequest) -> Tuple[jax.Array, jax.Array]:
+  """A request with targets -> (low [B, N], log_width [B, N])."""
+  batch, n = request.batch, request.num_decodes
+  final = run_rows(request.rows(), request.topk, request.topp,
+                   request.model_fns(), request.options)
   return (final.chooser_state.low.reshape(batch, n),
           final.log_prob.reshape(batch, n))
 
@@ -95,5 +96,6 @@ def arithmetic_encode(
       logits were NaN on its path).
   """
   # No rescale_log_probs here: widths are always under the transform.
-  call = validate(T5XArgs.of(locals()), TeacherForced(), targets=sequences)
-  return jit_or_trace(encode_core, _encode_core_jit, call)
+  request = from_t5x(T5XArgs.of(locals()), TeacherForced(),
+                     targets=sequences)
+  return jit_or_trace(encode_core, _encode_core_jit, request)

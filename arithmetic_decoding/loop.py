@@ -35,7 +35,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from arithmetic_decoding.choosers import (Arithmetic, Chooser, Distribution,
-                                          Step, choose_token)
+                                          Noise, Step, choose_token)
 from arithmetic_decoding.protocol import (SPARE_SLOTS, DecodingState,
                                           SamplingLoopState, call_model,
                                           decoding_state)
@@ -66,6 +66,8 @@ class DecodeOptions:
       greedy or not); otherwise one scalar for all rows.
     expand_cache_index: decoding starts from `initial_index`, so the cache's
       `cache_index` entries are per-row and get expanded.
+    noise: where each row's random numbers come from (`choosers.Noise`):
+      the loop's per-step key (T5X's stream) or the row's own position.
   """
 
   eos_id: Union[int, Tuple[int, ...]]
@@ -77,6 +79,7 @@ class DecodeOptions:
   topp: Optional[float] = 0.0
   per_row_temperature: bool = False
   expand_cache_index: bool = False
+  noise: Noise = Noise.LOOP_STEP
 
   def distribution(self, temperature: jax.Array,
                    topk: Optional[jax.Array] = None,
@@ -113,18 +116,50 @@ class CacheGrowth:
       entries kept and new ones zero (the model's `resize_cache`).
     size_of: cache -> its number of slots (the full size to grow to).
     min_rows: decodes of fewer rows use the full cache at every step.
+    lag: a row at loop index i writes cache slot i - lag (0 for T5X's
+      encoder-decoder; 1 for a decoder-only model, whose slot 0 of the
+      loop is the BOS placeholder, not a model position).
   """
 
   slots: int
   resize: Callable[[PyTree, int], PyTree]
   size_of: Callable[[PyTree], int]
   min_rows: int = 0
+  lag: int = 0
 
   def __post_init__(self):
     if (isinstance(self.slots, bool) or not isinstance(self.slots, int)
         or self.slots < 1):
       raise ValueError(f"CacheGrowth.slots must be an int >= 1; got "
                        f"{self.slots!r}.")
+
+
+def cache_slots(cache: PyTree, axis: int = -1) -> int:
+  """The number of slots of a cache whose leaves all carry the slots at
+  `axis` (-1 for a time-minor cache, 1 for T5X's layout): the first
+  leaf's size there."""
+  return jax.tree_util.tree_leaves(cache)[0].shape[axis]
+
+
+def resize_cache(cache: PyTree, slots: int, axis: int = -1) -> PyTree:
+  """The cache with `slots` slots along `axis` of every leaf: cut, or
+  padded with zeros (empty slots).
+
+  >>> cache = {"layer_0": {"key": jnp.ones((2, 3, 4))}}
+  >>> cache_slots(resize_cache(cache, 8)), cache_slots(resize_cache(cache, 2))
+  (8, 2)
+  >>> resize_cache(cache, 6)["layer_0"]["key"][0, 0].tolist()
+  [1.0, 1.0, 1.0, 1.0, 0.0, 0.0]
+  """
+  def resize(x):
+    ax = axis % x.ndim
+    have = x.shape[ax]
+    if slots <= have:
+      return jax.lax.slice_in_dim(x, 0, slots, axis=ax)
+    pad = [(0, 0)] * x.ndim
+    pad[ax] = (0, slots - have)
+    return jnp.pad(x, pad)
+  return jax.tree_util.tree_map(resize, cache)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,14 +191,18 @@ class LoopInputs:
 
   Attributes:
     dist: the step distribution (temperature [] or [R], top-k, top-p).
-    row_ids: int32 [R]; each row's global index (per-row randomness).
+    row_ids: int32 [R]; each row's id: it selects the row's noise
+      (`choosers.Noise`).
     max_decode_len: int32 [] or [R]; each row's length limit.
+    decode_key: the decode's key, the same at every step (the rows' noise
+      under `Noise.POSITION`).
     targets: int32 [R, L]; sequences to force (encoding), else None.
   """
 
   dist: Distribution
   row_ids: jax.Array
   max_decode_len: Union[jax.Array, int]
+  decode_key: Optional[jax.Array] = None
   targets: Optional[jax.Array] = None
 
 
@@ -221,16 +260,28 @@ def raw_log_prob(raw: jax.Array, token: jax.Array) -> jax.Array:
 
 
 def loop_fns(inputs: LoopInputs, fns: ModelFns, options: DecodeOptions,
-             initial_eos_count: jax.Array):
+             initial_eos_count: jax.Array,
+             stop_together: Optional[str] = None):
   """(cond_fn, body_fn) of the decode loop: cond_fn(state) is "some row
   has not ended", body_fn(state) is one step of every row.
 
   `initial_eos_count` int [R] is `count_eos` of the rows' sequences before
   the first step (EOS already in a prompt does not end its row).
+
+  `stop_together`: a mesh axis the rows are split over, manually (inside
+  `shard_map`), when the step's model has collectives over another axis:
+  every shard then runs the same number of steps (until no row of any
+  shard is decoding), because a collective that some devices reach and
+  others do not, having left their loop, never completes. None: the loop
+  stops when its own rows have ended.
   """
 
   def cond_fn(state: SamplingLoopState) -> jax.Array:
-    return ~jnp.all(state.ended)
+    decoding = ~jnp.all(state.ended)
+    if stop_together is not None:
+      # Every shard of the axis steps until the last row of all has ended.
+      decoding = lax.psum(decoding.astype(jnp.int32), stop_together) > 0
+    return decoding
 
   def body_fn(state: SamplingLoopState) -> SamplingLoopState:
     slots = jnp.arange(state.sequences.shape[1], dtype=jnp.int32)[None, :]
@@ -255,10 +306,11 @@ def loop_fns(inputs: LoopInputs, fns: ModelFns, options: DecodeOptions,
     active = ~in_prompt & ~ended  # [R]: rows that draw a token now
 
     raw = logits.astype(jnp.float32)  # [R, V], whatever the model's dtype
-    choice = choose_token(
-        options.chooser, raw, state,
-        Step(step_rng, inputs.row_ids, i, inputs.targets), inputs.dist,
-        options.per_row_temperature)
+    keys = options.noise.row_keys(step_rng, inputs.decode_key,
+                                  inputs.row_ids, i)  # [R] keys
+    choice = choose_token(options.chooser, raw, state,
+                          Step(keys, i, inputs.targets), inputs.dist,
+                          options.per_row_temperature)
     choice_log_prob = (choice.log_prob if options.rescale_log_probs else
                        raw_log_prob(raw, choice.token))
     token = jnp.where(in_prompt, prompt_token, choice.token)
@@ -285,10 +337,13 @@ def loop_fns(inputs: LoopInputs, fns: ModelFns, options: DecodeOptions,
 
 
 def run_loop(state: SamplingLoopState, inputs: LoopInputs, fns: ModelFns,
-             options: DecodeOptions) -> SamplingLoopState:
-  """Steps every row until all have ended; returns the final state."""
+             options: DecodeOptions,
+             stop_together: Optional[str] = None) -> SamplingLoopState:
+  """Steps every row until all have ended; returns the final state
+  (`stop_together`: see `loop_fns`)."""
   cond_fn, body_fn = loop_fns(inputs, fns, options,
-                              count_eos(state.sequences, options.eos_id))
+                              count_eos(state.sequences, options.eos_id),
+                              stop_together)
   growth = fns.cache_growth
   if growth is None or state.cur_index.shape[0] < growth.min_rows:
     final = lax.while_loop(cond_fn, body_fn, state)
@@ -302,6 +357,15 @@ def run_loop(state: SamplingLoopState, inputs: LoopInputs, fns: ModelFns,
   return final
 
 
+def within_cache(state: SamplingLoopState, slots) -> jax.Array:
+  """bool []: no row that is still decoding is at loop index `slots` or
+  beyond at the next step (a segment over a growing cache stops before a
+  row would write past it; see `CacheGrowth.lag`)."""
+  # [R] -> []: the furthest slot a row still decoding writes next.
+  furthest = jnp.max(jnp.where(state.ended[:, 0], -1, state.cur_index))
+  return furthest < slots
+
+
 def _grow_and_run(state: SamplingLoopState, cond_fn, body_fn,
                   growth: CacheGrowth) -> SamplingLoopState:
   """`lax.while_loop(cond_fn, body_fn, state)` in segments over a growing
@@ -310,11 +374,30 @@ def _grow_and_run(state: SamplingLoopState, cond_fn, body_fn,
   written before it."""
   full = growth.size_of(state.cache)
   for size in list(range(growth.slots, full, growth.slots)) + [full]:
-    def segment_cond(s, size=size):
-      # [R] -> []: the furthest slot a row still decoding writes next.
-      furthest = jnp.max(jnp.where(s.ended[:, 0], -1, s.cur_index))
-      return cond_fn(s) & (furthest < size)
-
-    state = lax.while_loop(segment_cond, body_fn, state.replace(
-        cache=growth.resize(state.cache, size)))
+    state = lax.while_loop(
+        lambda s, size=size: cond_fn(s) & within_cache(s, size + growth.lag),
+        body_fn,
+        state.replace(cache=growth.resize(state.cache, size)))
   return state
+
+
+def run_segment(state: SamplingLoopState, inputs: LoopInputs, fns: ModelFns,
+                options: DecodeOptions, eos_count: jax.Array, *,
+                stop_step: jax.Array, slots,
+                fits: Optional[Callable[[SamplingLoopState], jax.Array]] = None,
+                prepare: Optional[Callable[[SamplingLoopState],
+                                           SamplingLoopState]] = None
+                ) -> SamplingLoopState:
+  """The loop from `state` until every row has ended, or the loop reaches
+  step `stop_step`, or a row still decoding would write past `slots`, or
+  `fits(state)` is False before a step (one host-driven segment of
+  `compaction`). `prepare(state)` runs before each step's body (the
+  scheduler's bookkeeping); `eos_count` int [R] as for `loop_fns`."""
+  cond_fn, body_fn = loop_fns(inputs, fns, options, eos_count)
+
+  def cond(s):
+    go = cond_fn(s) & (s.step < stop_step) & within_cache(s, slots)
+    return go if fits is None else go & fits(s)
+
+  body = body_fn if prepare is None else (lambda s: body_fn(prepare(s)))
+  return lax.while_loop(cond, body, state)

@@ -1,8 +1,8 @@
 """The decode methods, named once: greedy, ancestral, arithmetic, beam.
 
-Every application, script and the sharded decode take their method from
-`Method`; a new method is added here and nowhere else. Each member knows
-its defaults and how to decode with the T5X protocol:
+Every entry point, application and script takes its method from `Method`;
+a new method is added here and nowhere else. Each member knows its token
+chooser, what it does to the step distribution and its defaults:
 
   >>> Method.of("arithmetic") is Method.ARITHMETIC
   True
@@ -10,14 +10,17 @@ its defaults and how to decode with the T5X protocol:
   ['arithmetic', 'ancestral']
   >>> Method.ARITHMETIC.default_code_resolution(16)
   0.0625
+  >>> Method.GREEDY.distribution(0.7, 40, 0.0)   # greedy: temperature 0
+  (0.0, 0, 0.0)
   >>> Method.of("nucleus")
   Traceback (most recent call last):
   ...
   ValueError: method must be one of ['greedy', 'ancestral', 'arithmetic', 'beam']; got 'nucleus'.
 
-`decode` runs a method on T5X-protocol arguments and returns (decodes
-[B, N, L], scores [B, N]) for all four, sorted by increasing score as T5X
-returns them: log-probabilities for the samplers, beam search's
+`decode` runs a method on T5X-protocol arguments (one `request.
+DecodeRequest`, run by the fused scheduler of `engine`) and returns
+(decodes [B, N, L], scores [B, N]) for all four, sorted by increasing score
+as T5X returns them: log-probabilities for the samplers, beam search's
 length-normalised scores for beams.
 """
 
@@ -27,14 +30,11 @@ import enum
 from typing import Optional, Tuple
 
 import jax
-import jax.numpy as jnp
 
 from arithmetic_decoding import validation
-from arithmetic_decoding.beam_search import beam_search
 from arithmetic_decoding.categorical import CODE_RESOLUTION
 from arithmetic_decoding.choosers import Ancestral, Arithmetic, Chooser, Greedy
 from arithmetic_decoding.codes import CodeScheme, SchemeLike
-from arithmetic_decoding.decoding import ancestral_sample, arithmetic_sample
 
 
 def lattice_resolution(num_decodes: int) -> float:
@@ -90,8 +90,17 @@ class Method(enum.Enum):
       return Ancestral()
     if self is Method.ARITHMETIC:
       return Arithmetic(code_resolution, code_scheme)
-    raise ValueError("beam search has no token chooser: it keeps the best "
-                     "extensions of all beams (`beam_search`).")
+    raise ValueError("method 'beam' has no token chooser: beam search keeps "
+                     "the best extensions of all beams (`engine.decode`, "
+                     "`beam_search`).")
+
+  def distribution(self, temperature, topk, topp):
+    """(temperature, topk, topp) this method decodes with: greedy decodes
+    at temperature 0 with no cuts (T5X's rule: temperature <= 1e-4 is the
+    argmax); the others as given."""
+    if self is Method.GREEDY:
+      return 0.0, 0, 0.0
+    return temperature, topk, topp
 
   def decode(self, inputs, cache, tokens_to_logits, eos_id: int,
              rng: Optional[jax.Array], *, num_decodes: int,
@@ -107,36 +116,15 @@ class Method(enum.Enum):
 
     The arguments mean what they mean for `arithmetic_sample`; each method
     uses the ones that apply to it (`alpha` beam search only; `codes`,
-    `code_scheme`, `code_resolution`, `row_ids` arithmetic only; GREEDY
-    decodes at temperature 0, ignoring `temperature`, `topk` and `topp`). Beam search
+    `code_scheme`, `code_resolution` arithmetic only; `distribution` says
+    what greedy does with `temperature`, `topk` and `topp`). Beam search
     takes one `eos_id` and no `max_decode_steps` or `cache_growth`.
     """
-    if self is Method.BEAM:
-      if max_decode_steps is not None:
-        raise ValueError("beam search takes no max_decode_steps.")
-      if cache_growth is not None:
-        raise ValueError("beam search takes no cache_growth.")
-      if return_codes:
-        raise ValueError("beam search has no codes (return_codes=False).")
-      return beam_search(inputs, cache, tokens_to_logits, eos_id,
-                         num_decodes=num_decodes, alpha=alpha,
-                         cache_offset=cache_offset,
-                         initial_index=initial_index)
-    common = dict(num_decodes=num_decodes, cache_offset=cache_offset,
-                  initial_index=initial_index,
-                  max_decode_steps=max_decode_steps, cache_growth=cache_growth)
-    if self is Method.ARITHMETIC:
-      return arithmetic_sample(inputs, cache, tokens_to_logits, eos_id, rng,
-                               temperature=temperature, topk=topk, topp=topp,
-                               codes=codes, code_scheme=code_scheme,
-                               code_resolution=code_resolution,
-                               return_codes=return_codes, row_ids=row_ids,
-                               **common)
-    if self is Method.ANCESTRAL:
-      out = ancestral_sample(inputs, cache, tokens_to_logits, eos_id, rng,
-                             temperature=temperature, topk=topk, topp=topp,
-                             **common)
-    else:  # GREEDY: the arithmetic loop at temperature 0.
-      out = arithmetic_sample(inputs, cache, tokens_to_logits, eos_id, rng,
-                              temperature=0.0, topk=0, topp=0.0, **common)
-    return out + (jnp.zeros_like(out[1]),) if return_codes else out
+    from arithmetic_decoding import engine  # engine builds on Method
+    return engine.decode(
+        self, inputs, cache, tokens_to_logits, eos_id, rng,
+        num_decodes=num_decodes, temperature=temperature, topk=topk,
+        topp=topp, alpha=alpha, codes=codes, code_scheme=code_scheme,
+        code_resolution=code_resolution, max_decode_steps=max_decode_steps,
+        initial_index=initial_index, cache_offset=cache_offset,
+        return_codes=return_codes, row_ids=row_ids, cache_growth=cache_growth)

@@ -218,3 +218,27 @@ def decoding_state(state: SamplingLoopState) -> DecodingState:
   return DecodingState(cur_index=state.cur_index,
                        sequences=state.sequences[:, :-SPARE_SLOTS],
                        cur_token=state.cur_token, cache=state.cache)
+
+
+@dataclasses.dataclass(frozen=True)
+class ContextStep:
+  """T5X's `tokens_to_logits` as a static function of (context, state):
+  `step_fn(context["params"], context["rows"], **options)(state)`.
+
+  A model's `step_fn` closes over arrays; a scheduler that compiles the
+  step into several programs (`compaction`) needs it static and the arrays
+  passed in. A `ContextStep` is hashable (`step_fn` a bound method, hashed
+  by its model), so equal steps share compiled programs.
+
+  Attributes:
+    step_fn: (params, context_rows, **options) -> tokens_to_logits.
+    options: the step's static keyword arguments, as sorted (name, value)
+      pairs.
+  """
+
+  step_fn: Callable[..., Callable]
+  options: Tuple[Tuple[str, Any], ...] = ()
+
+  def __call__(self, context, state: DecodingState):
+    return self.step_fn(context["params"], context["rows"],
+                        **dict(self.options))(state)

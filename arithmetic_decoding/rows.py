@@ -124,28 +124,35 @@ def make_rows(options: DecodeOptions, inputs: jax.Array, cache: PyTree,
       targets=targets)
 
 
-def run_rows(rows: Rows, topk, topp, fns: ModelFns,
-             options: DecodeOptions) -> SamplingLoopState:
+def run_rows(rows: Rows, topk, topp, fns: ModelFns, options: DecodeOptions,
+             stop_together: Optional[str] = None) -> SamplingLoopState:
   """Runs every row to its end; returns the loop's final state.
 
-  `topk` / `topp` are the traced cuts (None where `options` has them static).
+  `topk` / `topp` are the traced cuts (None where `options` has them
+  static); `stop_together`: see `loop.loop_fns`.
   """
   state = initial_state(rows.inputs, rows.cache, rows.initial_index, rows.rng,
                         options.chooser.init_state(rows.codes))
-  inputs = LoopInputs(options.distribution(rows.temperature, topk, topp),
-                      rows.row_ids, rows.max_decode_len, rows.targets)
-  return run_loop(state, inputs, fns, options)
+  return run_loop(state, loop_inputs(rows, topk, topp, options), fns,
+                  options, stop_together)
 
 
-def decode_rows(rows: Rows, topk, topp, fns: ModelFns,
-                options: DecodeOptions) -> Tuple[jax.Array, ...]:
+def loop_inputs(rows: Rows, topk, topp, options: DecodeOptions) -> LoopInputs:
+  """What the loop's steps read of `rows` besides the state."""
+  return LoopInputs(options.distribution(rows.temperature, topk, topp),
+                    row_ids=rows.row_ids, max_decode_len=rows.max_decode_len,
+                    decode_key=rows.rng, targets=rows.targets)
+
+
+def decode_rows(rows: Rows, topk, topp, fns: ModelFns, options: DecodeOptions,
+                stop_together: Optional[str] = None) -> Tuple[jax.Array, ...]:
   """Decodes every row. Unsorted, one result per row.
 
   Returns:
     decodes int32 [R, L] (BOS dropped), log_probs float32 [R], codes
     float32 [R] (the codes the rows started from).
   """
-  final = run_rows(rows, topk, topp, fns, options)
+  final = run_rows(rows, topk, topp, fns, options, stop_together)
   # [R, L + SPARE_SLOTS] -> [R, L]: drop BOS and the spare slots.
   return (final.sequences[:, 1:1 - SPARE_SLOTS], final.log_prob, rows.codes)
 

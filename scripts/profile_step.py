@@ -22,7 +22,7 @@ With --workload T [T ...] it times instead the paper grid's calls
 (`experiments_paper.py`'s Fig. 4 runs decode one verse per call, 8 repeats
 x 64 samples) on 4 test verses spread over the split, 2 calls each, at
 each temperature and method, compiled first, and splits each call's wall
-time: the compiled segments of the loop (`sample_compacted`'s
+time: the compiled segments of the loop (`run_compacted`'s
 "segment_seconds") against the rest (the host's re-layouts of rows
 between segments, the encoder, the sorting of samples); and counts model
 row-steps (`row_steps`: one model row through one step, prefixes shared)
@@ -47,7 +47,7 @@ import numpy as np
 from arithmetic_decoding import categorical
 from arithmetic_decoding.ancestral import GUMBEL_MAX, categorical_rows
 from arithmetic_decoding.choosers import row_keys
-from arithmetic_decoding.models.encoder_decoder import resize_cache
+from arithmetic_decoding.loop import resize_cache
 from arithmetic_decoding.protocol import DecodingState, expand_cache
 from arithmetic_apps.translation.data import load_split
 from arithmetic_apps.translation.translate import Translator
@@ -163,7 +163,8 @@ def workload_split(translator, temperature: float, method: str,
   """Wall time of the paper grid's calls (`per_call` copies of one verse x
   `n` samples), split into the compiled segments and the rest, with model
   row-steps and generated tokens (up to and including EOS)."""
-  from arithmetic_decoding.compaction import sample_compacted  # pylint: disable=g-import-not-at-top
+  from arithmetic_decoding.compaction import run_compacted  # pylint: disable=g-import-not-at-top
+  from arithmetic_decoding.engine import for_row_model  # pylint: disable=g-import-not-at-top
   from bench_experiments import EOS, _steps  # pylint: disable=g-import-not-at-top
   test = load_split("test")
   picks = np.linspace(0, len(test) - 1, verses).round().astype(int)
@@ -176,12 +177,12 @@ def workload_split(translator, temperature: float, method: str,
       for repeat in range(repeats):
         stats = {}
         start = time.perf_counter()
-        out = sample_compacted(
-            translator.model, translator.params, tokens, method=method,
+        request, layout = for_row_model(
+            translator.model, translator.params, tokens, method,
             eos_id=EOS, key=jax.random.PRNGKey(repeat), num_decodes=n,
             max_decode_len=translator.max_decode_len,
-            temperature=temperature, compaction=translator.compaction,
-            stats=stats)
+            temperature=temperature)
+        out = run_compacted(request, layout, translator.compaction, stats)
         samples = np.asarray(out[0])  # [B, N, L]
         totals["seconds"] += time.perf_counter() - start
         totals["segment_seconds"] += stats["segment_seconds"]

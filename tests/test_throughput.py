@@ -26,19 +26,28 @@ import pytest
 from arithmetic_decoding import arithmetic_sample
 from arithmetic_decoding.compaction import (Compaction, assign_model_rows,
                                             copy_rows, keep_rows,
-                                            same_input_runs,
-                                            sample_compacted)
-from arithmetic_decoding.loop import CacheGrowth
+                                            run_compacted, same_input_runs)
+from arithmetic_decoding.engine import for_row_model
+from arithmetic_decoding.loop import CacheGrowth, cache_slots, resize_cache
 from arithmetic_decoding.methods import Method
 from arithmetic_decoding.models import T5
-from arithmetic_decoding.models.encoder_decoder import (cache_slots,
-                                                        init_cache,
-                                                        resize_cache)
+from arithmetic_decoding.models.encoder_decoder import init_cache
 from arithmetic_apps.translation import experiments as ex
 from arithmetic_apps.translation.data import load_split
 from arithmetic_apps.translation.translate import Translator, _decode
 
 ROOT = pathlib.Path(__file__).parent.parent
+
+
+def sample_compacted(model, params, tokens, *, method, eos_id, key,
+                     num_decodes, max_decode_len, temperature,
+                     compaction=Compaction(), stats=None):
+  """The request of the T5 model, run by the compacted scheduler."""
+  request, layout = for_row_model(
+      model, params, tokens, method, eos_id=eos_id, key=key,
+      num_decodes=num_decodes, max_decode_len=max_decode_len,
+      temperature=temperature)
+  return run_compacted(request, layout, compaction, stats)
 
 
 @pytest.fixture(scope="module")

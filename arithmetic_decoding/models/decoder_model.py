@@ -26,14 +26,20 @@ samples (a slower path, used by beam search's tests and T5X's convention).
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Optional
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from arithmetic_decoding.loop import CacheGrowth, cache_slots, resize_cache
 from arithmetic_decoding.models.decoder_config import DecoderConfig
 from arithmetic_decoding.models.decoder_only import DecoderOnly, init_cache
+from arithmetic_decoding.protocol import ContextStep
+
+# The compacted scheduler grows a decoder-only cache by this many positions.
+CACHE_GROWTH_SLOTS = 32
 
 PyTree = Any
 
@@ -53,6 +59,9 @@ class DecoderOnlyModel:
   def __init__(self, config: DecoderConfig):
     self.config = config
     self.module = DecoderOnly(config)
+    # Made once, so equal CacheGrowth objects share compiled programs.
+    self._resize_cache = functools.partial(resize_cache, axis=1)
+    self._cache_slots = functools.partial(cache_slots, axis=1)
 
   # -- parameters ----------------------------------------------------------
 
@@ -119,6 +128,22 @@ class DecoderOnlyModel:
                                method=DecoderOnly.decode_step)
 
     return tokens_to_logits
+
+  def cache_growth(self, slots: int = CACHE_GROWTH_SLOTS) -> CacheGrowth:
+    """A cache grown `slots` positions at a time (the compacted scheduler's
+    `RowLayout.growth`): attention over the positions written so far. A
+    row at loop slot i writes model position i - 1 (`lag`)."""
+    return CacheGrowth(slots, self._resize_cache, self._cache_slots, lag=1)
+
+  def row_groups(self, batch: int, num_decodes: int) -> int:
+    """1: each row reads only its own cache (`compaction.RowLayout`)."""
+    del batch, num_decodes
+    return 1
+
+  def row_step(self, num_decodes: int) -> ContextStep:
+    """The static step over any rows (`compaction`)."""
+    del num_decodes
+    return ContextStep(self.step_fn)
 
   def decode_inputs(self, params, prompts: jax.Array, max_decode_len: int,
                     num_decodes: int = 1):

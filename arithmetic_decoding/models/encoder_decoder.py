@@ -52,11 +52,11 @@ import jax
 import jax.numpy as jnp
 
 from arithmetic_decoding import validation
-from arithmetic_decoding.loop import CacheGrowth
+from arithmetic_decoding.loop import CacheGrowth, cache_slots, resize_cache
 from arithmetic_decoding.models.config import T5Config, preset
 from arithmetic_decoding.models.t5 import T5, constrain
-from arithmetic_decoding.protocol import (DecodingState, expand_cache,
-                                          expand_rows)
+from arithmetic_decoding.protocol import (ContextStep, DecodingState,
+                                          expand_cache, expand_rows)
 
 PyTree = Any
 
@@ -102,32 +102,6 @@ def init_cache(config: T5Config, batch: int, length: int,
   zeros = jnp.zeros(shape, config.activation_dtype)
   return {f"layer_{i}": {"key": zeros, "value": zeros}
           for i in range(config.num_decoder_layers)}
-
-
-def cache_slots(cache: Dict[str, Any], axis: int = -1) -> int:
-  """The number of slots of an `init_cache` cache (slot axis -1 for a
-  time-minor cache, 1 for T5X's layout)."""
-  return cache["layer_0"]["key"].shape[axis]
-
-
-def resize_cache(cache: Dict[str, Any], slots: int,
-                 axis: int = -1) -> Dict[str, Any]:
-  """The cache with `slots` slots along `axis`: cut, or padded with zeros
-  (empty slots).
-
-  >>> cache = init_cache(preset("tiny"), batch=2, length=4, time_minor=True)
-  >>> cache_slots(resize_cache(cache, 8)), cache_slots(resize_cache(cache, 2))
-  (8, 2)
-  """
-  def resize(x):
-    ax = axis % x.ndim
-    have = x.shape[ax]
-    if slots <= have:
-      return jax.lax.slice_in_dim(x, 0, slots, axis=ax)
-    pad = [(0, 0)] * x.ndim
-    pad[ax] = (0, slots - have)
-    return jnp.pad(x, pad)
-  return jax.tree_util.tree_map(resize, cache)
 
 
 # `EncoderDecoderModel.cache_growth`: 32 slots a segment, from 64 rows up,
@@ -277,6 +251,24 @@ class EncoderDecoderModel:
                                group_rows, method=T5.decode_step)
 
     return tokens_to_logits
+
+  def row_groups(self, batch: int, num_decodes: int) -> int:
+    """The groups the rows of `step_fn` form (`compaction.RowLayout.
+    groups`): the B inputs' cross-attention keys/values, each read by its
+    input's rows. PER_SAMPLE reads a context row per sample, so its rows
+    cannot be dropped or regrouped."""
+    del num_decodes
+    if self.cross_kv is CrossKV.PER_SAMPLE:
+      raise ValueError("the compacted scheduler needs cross_kv='per_input' "
+                       "(PER_SAMPLE keeps one context row per sample).")
+    return batch
+
+  def row_step(self, num_decodes: int) -> ContextStep:
+    """The static step over the rows the compacted scheduler keeps: every
+    row starts at slot 0 (`lockstep`), and each input's cross-attention
+    runs at its N rows whatever is dropped (`group_rows`)."""
+    return ContextStep(self.step_fn, (("group_rows", num_decodes),
+                                      ("lockstep", True)))
 
   def decode_inputs(self, params, encoder_tokens, max_decode_len: int,
                     num_decodes: int = 1, lockstep: bool = False):

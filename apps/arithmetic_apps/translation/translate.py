@@ -26,7 +26,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from arithmetic_decoding.codes import CodeScheme
-from arithmetic_decoding.compaction import Compaction, sample_compacted
+from arithmetic_decoding.compaction import Compaction, run_compacted
+from arithmetic_decoding.engine import for_row_model
 from arithmetic_decoding.methods import Method
 from arithmetic_decoding.models import EncoderDecoderModel
 from arithmetic_apps.translation import checkpoint
@@ -89,7 +90,7 @@ class Translator:
     max_decode_len: decoded positions (French verses of the corpus take at
       most 145 tokens; 99 % at most 81).
     compaction: `sample` and `greedy` drop ended rows between segments of
-      the loop (`compaction.sample_compacted`: the same samples, bit for
+      the loop (`compaction.run_compacted`: the same samples, bit for
       bit); None decodes every row to the last step in one program.
   """
 
@@ -159,11 +160,11 @@ class Translator:
                      codes, model=self.model, method=method,
                      num_decodes=num_decodes, length=self.max_decode_len,
                      code_scheme=code_scheme)
-    return sample_compacted(
-        self.model, self.params, tokens, method=method, eos_id=EOS_ID,
-        key=key, num_decodes=num_decodes, max_decode_len=self.max_decode_len,
-        temperature=temperature, codes=codes, code_scheme=code_scheme,
-        compaction=self.compaction)
+    request, layout = for_row_model(
+        self.model, self.params, tokens, method, eos_id=EOS_ID, key=key,
+        num_decodes=num_decodes, max_decode_len=self.max_decode_len,
+        temperature=temperature, codes=codes, code_scheme=code_scheme)
+    return run_compacted(request, layout, self.compaction)
 
   def beam(self, texts: Sequence[str], beams: int = 4,
            alpha: float = 0.6) -> List[List[Sample]]:
