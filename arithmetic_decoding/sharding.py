@@ -6,14 +6,22 @@ helpers) lives in `partitioning`: the samples (rows = batch x num_decodes)
 go over `data`; heads, the feed-forward width and the vocabulary over
 `model`; everything else is replicated.
 
-Arithmetic, ancestral and greedy decoding run under `shard_map` over `data`: each
-device decodes its own rows with its own `while_loop`, to its own end, so on
-a data-only mesh the compiled loop has no collective at all, its stopping
-test included (under plain `jit` a global `all(ended)` over a sharded array
-is an all-reduce every step). The `model` axis, where there is one, stays
-automatic (GSPMD) inside. A row's sample depends only on its code and its
-global row index (`choosers.row_keys`), never on the device it lands on, so
-the samples do not change with the topology.
+This is the mesh scheduler of the engine: the decode is one
+`request.DecodeRequest`, built once (`request.build`), and each device runs
+the request's own loop (`rows.decode_rows`) on its rows. Arithmetic,
+ancestral and greedy decoding run under `shard_map` over `data`: each
+device decodes its own rows with its own `while_loop`, so on a data-only
+mesh the compiled loop has no collective at all, its stopping test
+included (under plain `jit` a global `all(ended)` over a sharded array is
+an all-reduce every step), and each device stops when its rows have ended.
+The `model` axis, where there is one, stays automatic (GSPMD) inside; the
+step's model then has collectives over `model` (and the chooser over a
+vocabulary split over `model`), which every device of the program must
+reach, so with a model axis the loops of all shards run the same number of
+steps: until no row of any shard is decoding (one scalar all-reduce over
+`data` per step, `loop.loop_fns`'s `stop_together`). A row's sample depends
+only on its code and its global row index (`choosers.Noise`), never on the
+device it lands on, so the samples do not change with the topology.
 
 Any model works that gives its per-input decode start and a step function
 over rows (`RowModel`; `models.EncoderDecoderModel` and the decoder-only
@@ -64,15 +72,15 @@ from jax.sharding import PartitionSpec as P
 from arithmetic_decoding import validation
 from arithmetic_decoding.beam_search import beam_search
 from arithmetic_decoding.codes import CodeScheme, SchemeLike, as_code_scheme
-from arithmetic_decoding.loop import DecodeOptions, ModelFns
 from arithmetic_decoding.methods import Method
 # The partitioning helpers, re-exported: sharded decoding's users place
 # parameters with them.
 from arithmetic_decoding.partitioning import (  # noqa: F401
     LOGICAL_AXIS_RULES, logical_rules, logical_to_sharding, param_shardings,
     rules_without_data, shard_params, to_global)
-from arithmetic_decoding.protocol import map_batched
-from arithmetic_decoding.rows import Rows, decode_rows, make_rows, sort_samples
+from arithmetic_decoding.protocol import ContextStep, map_batched
+from arithmetic_decoding.request import build
+from arithmetic_decoding.rows import Rows, decode_rows, sort_samples
 
 PyTree = Any
 
@@ -170,22 +178,11 @@ def _row_specs(rows: Rows) -> Rows:
               row_ids=data, rng=P(), targets=None)
 
 
-def _options(setup: DecodeSetup) -> DecodeOptions:
-  n = setup.num_decodes
-  resolution = (setup.method.default_code_resolution(n)
-                if setup.code_resolution is None else
-                float(setup.code_resolution))
-  return DecodeOptions(eos_id=setup.eos_id, num_decodes=n,
-                       chooser=setup.method.chooser(resolution,
-                                                    setup.code_scheme),
-                       topk=setup.topk, topp=setup.topp)
-
-
 def _sample(params, encoder_tokens, rng, *, model: RowModel, mesh: Mesh,
             setup: DecodeSetup):
-  """Arithmetic or ancestral sampling; rows decoded per `data` shard."""
-  batch, n = encoder_tokens.shape[0], setup.num_decodes
-  options = _options(setup)
+  """Arithmetic, ancestral or greedy decoding: one request, its rows
+  decoded per `data` shard."""
+  n = setup.num_decodes
 
   def start(params, encoder_tokens):
     # The whole batch on every device (manual over `data`, inputs and
@@ -196,26 +193,37 @@ def _sample(params, encoder_tokens, rng, *, model: RowModel, mesh: Mesh,
   inputs, cache, context = jax.shard_map(
       start, mesh=mesh, in_specs=(P(), P()), out_specs=P(),
       axis_names={"data"}, check_vma=False)(params, encoder_tokens)
-  temperature = (0.0 if setup.method is Method.GREEDY else
-                 setup.temperature)
-  rows = make_rows(options, inputs, cache, rng,
-                   jnp.asarray(temperature, jnp.float32),
-                   initial_index=model.start_index(encoder_tokens))
+  request = build(
+      setup.method, inputs=inputs, cache=cache,
+      tokens_to_logits=ContextStep(model.step_fn),
+      context={"params": params, "rows": context}, eos_id=setup.eos_id,
+      key=rng, num_decodes=n, temperature=setup.temperature, topk=setup.topk,
+      topp=setup.topp, code_scheme=setup.code_scheme,
+      code_resolution=(setup.method.default_code_resolution(n)
+                       if setup.code_resolution is None else
+                       setup.code_resolution),
+      initial_index=model.start_index(encoder_tokens))
+  rows = request.rows()
+  # With a model axis every shard steps until the last row of all ends.
+  stop_together = "data" if mesh.shape["model"] > 1 else None
 
   def local(params, rows, context):
     # One device's rows (manual over `data`; `model`, if any, automatic).
     with nn.logical_axis_rules(rules_without_data()):
       # [B, ...] -> what the R_local rows read of their inputs.
-      context_rows = model.row_context(params, context, rows.row_ids, n)
-      fns = ModelFns(model.step_fn(params, context_rows))
-      return decode_rows(rows, None, None, fns, options)
+      shard = dataclasses.replace(request, context={
+          "params": params,
+          "rows": model.row_context(params, context, rows.row_ids, n)})
+      return decode_rows(rows, request.topk, request.topp,
+                         shard.model_fns(), request.options, stop_together)
 
   data = P("data")
   decodes, log_probs, codes = jax.shard_map(
       local, mesh=mesh, in_specs=(P(), _row_specs(rows), P()),
       out_specs=(data, data, data), axis_names={"data"},
       check_vma=False)(params, rows, context)
-  decodes, log_probs, _ = sort_samples(decodes, log_probs, codes, batch, n)
+  decodes, log_probs, _ = sort_samples(decodes, log_probs, codes,
+                                       request.batch, n)
   return decodes, log_probs
 
 
