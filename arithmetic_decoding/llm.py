@@ -8,18 +8,35 @@
   out.codes[0]        # the code in [0, 1) each was decoded from
   out.log_probs[0]    # each completion's log-probability
 
-Every method of `methods.Method` runs through the same T5X-protocol decode
-functions as the T5 models: the prompts are prefilled into the cache and
-each row decodes from its own `initial_index` (`models.DecoderOnlyModel`),
-so a prompt's samples do not depend on the other prompts of the batch or on
-their lengths. Arithmetic samples come back ordered by code (sample j of a
-prompt is the j-th point of its shifted lattice), the others as the decode
-function returns them (by increasing log-probability).
+`decode` is the public decode entry of the LLM side: token ids and a
+`request.SamplingParams` -> one `request.DecodeRequest` (`llm_request`),
+run by the compacted scheduler (`compaction.run_compacted`: ended rows
+dropped, each prompt prefilled once and its samples sharing prefixes) or
+the fused one. `generate`, `rollouts.group_rollouts` and the sampling
+server all decode through it, with one seed policy (`seeds`), so a
+prompt's samples are a function of (seed, step, prompt id, N, method,
+settings) alone: the same alone, in any batch of other prompts, through
+any of them.
+
+Batch invariance. XLA:CPU computes a row of a matrix product the same way
+whatever the other rows hold, but picks its kernel by shape: fewer than
+about 33 rows, a prefill of another width, or a cache of fewer than 64
+positions give other last bits. So a prompt is prefilled alone at its own
+width (its length rounded up to `PROMPT_BUCKET`) into at least
+`MIN_SLOTS` positions, and the compacted scheduler never runs the model on
+fewer than `Compaction.min_rows` (64) rows (`pad_small`).
+`tests/test_engine.py` checks each of these on the machine at hand.
+
+Every method of `methods.Method` runs: the samplers through the request's
+loop, beam search through `beam_search` (which keeps beams, not rows).
+Arithmetic samples come back ordered by code (sample j of a prompt is the
+j-th point of its shifted lattice), the others as the decode returns them
+(by increasing log-probability).
 
 A completion ends at the model's EOS or end-of-turn tokens (from the file's
-metadata) or after `max_new_tokens`; the stop token is not part of `tokens`
-or `texts` but counts in `log_probs`. Needs the `llm` extra (gguf,
-tokenizers, jinja2).
+metadata), at `SamplingParams.stop_ids`, or after `max_new_tokens`; the
+stop token is not part of `tokens` or `texts` but counts in `log_probs`.
+Needs the `llm` extra (gguf, tokenizers, jinja2).
 """
 
 from __future__ import annotations
@@ -32,15 +49,28 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from arithmetic_decoding import validation
+from arithmetic_decoding import seeds, validation
+from arithmetic_decoding.beam_search import beam_search
+from arithmetic_decoding.choosers import Noise
+from arithmetic_decoding.compaction import Compaction, RowLayout, run_compacted
+from arithmetic_decoding.engine import Scheduler, run_fused
+from arithmetic_decoding.loop import resize_cache
 from arithmetic_decoding.methods import Method
 from arithmetic_decoding.models import gguf_loader, gguf_tokenizer
 from arithmetic_decoding.models.decoder_config import DecoderConfig
 from arithmetic_decoding.models.decoder_model import DecoderOnlyModel
+from arithmetic_decoding.request import DecodeRequest, SamplingParams, build
 
 PyTree = Any
-# Prompt widths are rounded up to a multiple of this (fewer recompiles).
+# Prompt widths are rounded up to a multiple of this (fewer recompiles; a
+# prompt's prefill width depends on its own length only).
 PROMPT_BUCKET = 16
+# Cache positions at least (and prefill caches a multiple of this): on
+# XLA:CPU attention over fewer positions takes other kernels.
+MIN_SLOTS = 64
+# The compacted scheduler of the LLM entry points: at least 64 model rows
+# at every step, whatever the batch (`Compaction.pad_small`).
+LLM_COMPACTION = Compaction(pad_small=True)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -158,27 +188,141 @@ class Generation:
     return [len({tuple(t) for t in row}) for row in self.tokens]
 
 
-@functools.partial(jax.jit, static_argnames=(
-    "model", "method", "num_samples", "length", "max_new_tokens", "topk",
-    "topp", "eos", "code_resolution"))
-def _decode(params, prompts, key, temperature, codes, row_ids, *, model,
-            method,
-            num_samples, length, max_new_tokens, topk, topp, eos,
-            code_resolution):
-  """prompts int32 [B, P] -> (decodes [B, N, L], scores [B, N], codes [B, N])."""
+@functools.partial(jax.jit, static_argnames=("model", "slots"))
+def _prefill(params, prompt, *, model, slots):
+  """The cache [1, slots, ...] of one prompt [1, W] (W a multiple of
+  `PROMPT_BUCKET`), prefilled alone."""
+  return model.decode_start(params, prompt, slots + 1)[1]
+
+
+def prompt_caches(llm: "LLM", ids: Sequence[Sequence[int]], slots: int,
+                  params=None) -> PyTree:
+  """The decode cache [B, slots, ...] of B prompts (token ids): each
+  prompt prefilled alone at its own width into a cache of the fewest
+  `MIN_SLOTS` multiples that hold it, then padded to `slots` positions
+  (the same bits in any batch)."""
+  params = llm.params if params is None else params
+  caches = []
+  for row in ids:
+    width = -(-len(row) // PROMPT_BUCKET) * PROMPT_BUCKET
+    prompt = np.zeros((1, width), np.int32)
+    prompt[0, :len(row)] = row
+    own = -(-(width + 1) // MIN_SLOTS) * MIN_SLOTS
+    caches.append(resize_cache(
+        _prefill(params, jnp.asarray(prompt), model=llm.model, slots=own),
+        slots, axis=1))
+  return jax.tree_util.tree_map(lambda *x: jnp.concatenate(x, axis=0),
+                                *caches)
+
+
+def llm_request(llm: "LLM", ids: Sequence[Sequence[int]],
+                sampling: SamplingParams, *, prompt_ids=None, codes=None,
+                params=None) -> Tuple[DecodeRequest, RowLayout]:
+  """The request that samples `sampling.n` completions of each of B
+  prompts (token ids, as `prepare_prompts` makes them), with the layout of
+  its rows for the compacted scheduler.
+
+  Codes and noise follow `seeds` from (sampling.seed, sampling.step,
+  prompt_ids [B], default 0..B-1); `codes` float [B, N] replaces the
+  scheme's (arithmetic sampling). Rows draw their noise by position
+  (`choosers.Noise.POSITION`), so they may run in any loop.
+  """
+  if sampling.method is Method.BEAM:
+    raise ValueError("method 'beam' keeps beams, not rows: use `decode`.")
+  batch, n, steps = len(ids), sampling.n, sampling.max_new_tokens
+  prompt_ids = (np.arange(batch) if prompt_ids is None else
+                seeds.check_prompt_ids(prompt_ids))
+  if len(prompt_ids) != batch:
+    raise ValueError(f"prompt_ids must have one id per prompt ({batch}); "
+                     f"got {len(prompt_ids)}.")
+  if len(set(prompt_ids.tolist())) != batch:
+    raise ValueError("prompt_ids must be distinct.")
+  arithmetic = sampling.method is Method.ARITHMETIC
+  if codes is not None:
+    if not arithmetic:
+      raise ValueError("codes apply to method='arithmetic' only.")
+    codes = np.asarray(validation.check_codes(codes, batch, n))
+  elif arithmetic:
+    codes = seeds.group_codes(sampling.seed, sampling.step, prompt_ids, n,
+                              sampling.code_scheme)
+  row_ids = seeds.noise_ids(
+      sampling.seed, sampling.step, prompt_ids,
+      seeds.sample_names(codes if arithmetic else np.zeros((batch, n)),
+                         arithmetic))
+  width = max(-(-len(r) // PROMPT_BUCKET) * PROMPT_BUCKET for r in ids)
+  slots = min(max(width + steps, MIN_SLOTS), llm.config.context_length)
+  inputs = np.zeros((batch, slots + 1), np.int32)  # slot 0: BOS placeholder
+  for b, row in enumerate(ids):
+    inputs[b, 1:len(row) + 1] = row
+  params = llm.params if params is None else params
+  request = build(
+      sampling.method, inputs=jnp.asarray(inputs),
+      cache=prompt_caches(llm, ids, slots, params),
+      tokens_to_logits=llm.model.row_step(n),
+      context={"params": params, "rows": {}},
+      eos_id=tuple(dict.fromkeys(llm.stop_ids + sampling.stop_ids)),
+      key=jax.random.PRNGKey(sampling.seed), num_decodes=n,
+      temperature=sampling.temperature, topk=sampling.topk,
+      topp=sampling.topp, codes=codes if arithmetic else None,
+      code_scheme=sampling.code_scheme,
+      code_resolution=sampling.resolution, row_ids=row_ids,
+      initial_index=jnp.asarray([len(r) for r in ids], jnp.int32),
+      max_decode_steps=steps, noise=Noise.POSITION)
+  layout = RowLayout(llm.model.cache_growth(MIN_SLOTS), groups=1,
+                     classes=batch)
+  return request, layout
+
+
+@functools.partial(jax.jit, static_argnames=("model", "num_beams", "length",
+                                             "eos", "alpha"))
+def _beam(params, prompts, *, model, num_beams, length, eos, alpha):
+  """Beam search over prompts int32 [B, P] -> (decodes [B, K, L], scores
+  [B, K])."""
   inputs, cache, tokens_to_logits = model.decode_inputs(params, prompts, length)
-  initial_index = model.start_index(prompts)
-  if method is Method.BEAM:
-    decodes, scores = method.decode(inputs, cache, tokens_to_logits, eos[0],
-                                    None, num_decodes=num_samples,
-                                    initial_index=initial_index)
-    return decodes, scores, jnp.zeros_like(scores)
-  return method.decode(inputs, cache, tokens_to_logits, eos, key,
-                       num_decodes=num_samples, temperature=temperature,
-                       topk=topk, topp=topp, initial_index=initial_index,
-                       max_decode_steps=max_new_tokens, codes=codes,
-                       code_resolution=code_resolution, return_codes=True,
-                       row_ids=row_ids)
+  return beam_search(inputs, cache, tokens_to_logits, eos, num_decodes=num_beams,
+                     alpha=alpha, initial_index=model.start_index(prompts))
+
+
+def decode(llm: "LLM", ids: Sequence[Sequence[int]], sampling: SamplingParams,
+           *, prompt_ids=None, codes=None, params=None,
+           scheduler: Union[str, Scheduler] = Scheduler.COMPACTED,
+           compaction: Compaction = LLM_COMPACTION,
+           stats: Optional[dict] = None
+           ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """N completions of each prompt (token ids): (decodes int32 [B, N, L]
+  (BOS dropped: index i is loop slot i + 1), scores float32 [B, N], codes
+  float32 [B, N]), each prompt's samples by increasing score.
+
+  Args:
+    llm: a loaded model; ids: B prompts as token ids (`prepare_prompts`).
+    sampling: what to sample (`request.SamplingParams`).
+    prompt_ids, codes: see `llm_request`.
+    params: the parameters to use instead of `llm.params` (the same tree,
+      placed elsewhere: another device).
+    scheduler: "compacted" (default: ended rows dropped, prefixes shared)
+      or "fused" (one program; the same samples from 64 rows up).
+    compaction, stats: the compacted scheduler's settings and counters.
+  """
+  scheduler = Scheduler.of(scheduler)
+  if sampling.method is Method.BEAM:
+    width = max(-(-len(r) // PROMPT_BUCKET) * PROMPT_BUCKET for r in ids)
+    prompts = np.zeros((len(ids), width), np.int32)
+    for b, row in enumerate(ids):
+      prompts[b, :len(row)] = row
+    decodes, scores = _beam(
+        llm.params if params is None else params, jnp.asarray(prompts),
+        model=llm.model, num_beams=sampling.n,
+        length=width + 1 + sampling.max_new_tokens, eos=llm.stop_ids[0],
+        alpha=sampling.alpha)
+    return (np.asarray(decodes), np.asarray(scores),
+            np.zeros(np.shape(scores), np.float32))
+  request, layout = llm_request(llm, ids, sampling, prompt_ids=prompt_ids,
+                                codes=codes, params=params)
+  if scheduler is Scheduler.FUSED:
+    out = run_fused(request)
+  else:
+    out = run_compacted(request, layout, compaction, stats)
+  return tuple(np.asarray(x) for x in out)
 
 
 def generate(llm: LLM, prompts: Union[str, Sequence[str]], num_samples: int,
@@ -187,7 +331,10 @@ def generate(llm: LLM, prompts: Union[str, Sequence[str]], num_samples: int,
              max_new_tokens: int = 64, *, topk: int = 0, topp: float = 0.0,
              chat: bool = False, codes=None,
              code_resolution: Optional[float] = None,
-             row_ids=None, params=None) -> Generation:
+             code_scheme="shifted_lattice", prompt_ids=None,
+             stop_ids: Sequence[int] = (), params=None,
+             scheduler: Union[str, Scheduler] = Scheduler.COMPACTED
+             ) -> Generation:
   """N completions of each prompt by one decode method.
 
   Args:
@@ -196,50 +343,38 @@ def generate(llm: LLM, prompts: Union[str, Sequence[str]], num_samples: int,
     num_samples: N >= 1 completions per prompt (beams for "beam").
     method: "arithmetic", "ancestral", "greedy" or "beam".
     temperature: >= 0 (sampling methods).
-    seed: int; the codes' random shift and the samplers' keys derive from
-      it (the same seed, prompts and N give the same completions).
+    seed: int in [0, 2**32); the codes and keys of prompt b derive from
+      (seed, prompt_ids[b]) (`seeds`): the same seed, prompt, id, N and
+      settings give the same completions, alone or in any batch.
     max_new_tokens: >= 1 tokens per completion at most.
     topk, topp: the usual cuts (0 = off).
     chat: apply the model's chat template to each prompt (a user turn).
     codes: float [B, N] in [0, 1): decode these codes (arithmetic only).
     code_resolution: how deep a code decides its sample (default: float32's
       2**-22, as `arithmetic_sample`).
-    row_ids: int [B, N] naming each sample's noise (arithmetic only; see
-      `arithmetic_sample`); `rollouts.group_rollouts` sets them so that a
-      sample does not depend on its batch.
-    params: the parameters to use instead of `llm.params` (the same tree,
-      placed elsewhere: another device).
+    code_scheme: the codes of each prompt (`SamplingParams.code_scheme`).
+    prompt_ids: B distinct ints in [0, 2**32) naming the prompts in the
+      seed policy (default 0..B-1).
+    stop_ids: token ids that also end a completion.
+    params: the parameters to use instead of `llm.params`.
+    scheduler: "compacted" (default) or "fused" (see `decode`).
 
   Raises:
     ValueError / TypeError: an argument out of range; a prompt that is
       empty, contains token 0 (the protocol's pad) or, with
       max_new_tokens, exceeds the model's context length.
   """
-  method = Method.of(method)
-  n = validation.check_int("num_samples", num_samples, minimum=1)
-  steps = validation.check_int("max_new_tokens", max_new_tokens, minimum=1)
-  validation.check_int("seed", seed, minimum=0)
-  validation.check_temperature(temperature, 1)
-  topk = validation.check_topk(topk)
-  topp = validation.check_topp(topp)
-  validation.check_topk_topp(topk, topp)
-  if codes is not None and method is not Method.ARITHMETIC:
-    raise ValueError("codes apply to method='arithmetic' only.")
-  if row_ids is not None and method is not Method.ARITHMETIC:
-    raise ValueError("row_ids apply to method='arithmetic' only.")
-  texts, ids, batch = prepare_prompts(llm, prompts, steps, chat)
-  if codes is not None:
-    codes = validation.check_codes(codes, len(ids), n)
-  row_ids = validation.check_row_ids(row_ids, len(ids), n)
-  resolution = (2.0 ** -22 if code_resolution is None else
-                validation.check_code_resolution(code_resolution))
-  arrays = _decode(
-      llm.params if params is None else params, jnp.asarray(batch),
-      jax.random.PRNGKey(seed), jnp.float32(temperature), codes, row_ids,
-      model=llm.model, method=method, num_samples=n,
-      length=batch.shape[1] + 1 + steps, max_new_tokens=steps, topk=topk,
-      topp=topp, eos=llm.stop_ids, code_resolution=resolution)
-  return collect(llm, method, texts, ids, steps, arrays)
+  sampling = SamplingParams(
+      n=validation.check_int("num_samples", num_samples, minimum=1),
+      method=method, temperature=temperature, topk=topk,
+      topp=topp, max_new_tokens=max_new_tokens, seed=seed,
+      code_scheme=code_scheme, code_resolution=code_resolution,
+      stop_ids=tuple(stop_ids))
+  texts, ids, _ = prepare_prompts(llm, prompts, sampling.max_new_tokens, chat)
+  arrays = decode(llm, ids, sampling, prompt_ids=prompt_ids, codes=codes,
+                  params=params, scheduler=scheduler)
+  return collect(llm, sampling.method, texts, ids, sampling.max_new_tokens,
+                 arrays, llm.stop_ids + sampling.stop_ids)
 
 
 def prepare_prompts(llm: LLM, prompts: Union[str, Sequence[str]], steps: int,

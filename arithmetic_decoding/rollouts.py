@@ -16,19 +16,19 @@ still an exact policy sample.
   out.token_log_probs      # float32 [B, G, T] under the sampling policy
   group_advantages(rewards)  # [B, G] -> GRPO's (r - mean) / (std + eps)
 
-Reproducible and independent of batching. Sample j of prompt p at RL step s
-is decoded from its code c = codes[p, j] (made from (seed, s, p)), and the
-noise that continues it once the code is spent (`choosers.Arithmetic`) is
-selected by a row id hashed from (seed, s, p, c) (`noise_ids`), never by
-its place in the batch. The arithmetic of the model is kept independent of
-the batch too: XLA's matrix products round differently for different
-numbers of rows (on this CPU, 1 row vs 2-32 rows vs 64 rows give
-different last bits), so every decode call holds exactly `rows_per_call`
-rows of ONE prompt (its G codes padded with spare codes when G is not a
-multiple), with the prompt's own width. A (prompt, code) pair therefore
-gives the same tokens alone, inside a batch of other prompts, in a larger
-group, and on 1 or several devices (`devices`: calls go to devices in turn;
-each device runs the same program).
+Reproducible and independent of batching. A group is `llm.decode` with
+the seed policy of `seeds`: sample j of prompt p at RL step s is decoded
+from its code c = codes[p, j] (made from (seed, s, p)), and the noise that
+continues it once the code is spent (`choosers.Arithmetic`) comes from a
+row id hashed from (seed, s, p, c) and the position it writes, never from
+its place in the batch. The model's arithmetic is independent of the batch
+too (`llm`: each prompt prefilled alone, at least 64 model rows per step),
+so a (prompt, code) pair gives the same tokens alone, inside a batch of
+other prompts, in a larger group, and on 1 or several devices (`devices`:
+the prompts are split over them, each part decoded by the compacted
+scheduler on its device, the parts in parallel). The same prompt, seed and
+settings give the same group through `llm.generate` (step 0) and the
+sampling server.
 
 `scheme` picks the group: "shifted_lattice" (stratified, the default),
 "van_der_corput" (stratified and extensible: the first 2**k codes of a group
@@ -40,6 +40,7 @@ baseline goes through the same decode and has the same invariances).
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import functools
 from typing import Any, List, Optional, Sequence, Union
@@ -48,90 +49,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from arithmetic_decoding import validation
-from arithmetic_decoding.categorical import CODE_RESOLUTION
+from arithmetic_decoding import seeds, validation
 from arithmetic_decoding.choosers import Distribution
-from arithmetic_decoding.codes import (ONE_BELOW, CodeScheme, SchemeLike,
-                                       as_code_scheme, radical_inverse_base2)
+from arithmetic_decoding.codes import CodeScheme, SchemeLike
 from arithmetic_decoding.methods import Method
+from arithmetic_decoding.request import SamplingParams
 
-
-
-def _prompt_keys(seed: int, step: int, prompt_ids: np.ndarray, stream: int):
-  """[B] keys fold_in(fold_in(fold_in(PRNGKey(seed), step), stream), id)."""
-  base = jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(seed), step),
-                            stream)
-  ids = jnp.asarray(prompt_ids, jnp.uint32)
-  return jax.vmap(jax.random.fold_in, in_axes=(None, 0))(base, ids)
-
-
-def group_codes(seed: int, step: int, prompt_ids, group_size: int,
-                scheme: SchemeLike = CodeScheme.SHIFTED_LATTICE) -> np.ndarray:
-  """float32 [B, G] codes of each prompt's group, from (seed, step, id).
-
-  A prompt's codes do not depend on the other prompts. Shifted lattice:
-  (j / G + u) mod 1 with u uniform from the prompt's key; van der Corput:
-  (radical_inverse_2(j) + u) mod 1 (a prefix of 2**k codes is the 2**k
-  lattice); iid: code j uniform from fold_in(key, j) (a prefix of a larger
-  group).
-
-  >>> c = group_codes(0, 0, [5, 9], 4)
-  >>> c.shape, bool(np.allclose(np.diff(np.sort(c[0])), 0.25, atol=1e-6))
-  ((2, 4), True)
-  >>> bool((group_codes(0, 0, [9], 4)[0] == c[1]).all())
-  True
-  """
-  scheme = as_code_scheme(scheme)
-  ids = _check_ids(prompt_ids)
-  g = validation.check_int("group_size", group_size, minimum=1)
-  keys = _prompt_keys(seed, step, ids, 0)  # [B]
-  index = jnp.arange(g, dtype=jnp.int32)
-  if scheme is CodeScheme.IID:
-    codes = jax.vmap(lambda k: jax.vmap(
-        lambda j: jax.random.uniform(jax.random.fold_in(k, j)))(index))(keys)
-  elif scheme in (CodeScheme.SHIFTED_LATTICE, CodeScheme.VAN_DER_CORPUT):
-    shift = jax.vmap(jax.random.uniform)(keys)[:, None]  # [B, 1]
-    grid = (index.astype(jnp.float32) / g if scheme is
-            CodeScheme.SHIFTED_LATTICE else radical_inverse_base2(index))
-    codes = grid[None, :] + shift  # [B, G] in [0, 2)
-    codes = jnp.where(codes >= 1.0, codes - 1.0, codes)
-  else:
-    raise ValueError("scheme must be 'shifted_lattice', 'van_der_corput' or "
-                     f"'iid' for rollouts; got {scheme.value!r}.")
-  return np.asarray(jnp.clip(codes, 0.0, ONE_BELOW), np.float32)
-
-
-def noise_ids(seed: int, step: int, prompt_ids, codes) -> np.ndarray:
-  """int32 [B, G]: the id that selects a sample's noise, hashed from
-  (seed, step, prompt id, the code's float32 bits): the same sample gets
-  the same id wherever it is decoded.
-
-  >>> a = noise_ids(0, 3, [7], np.float32([[0.25, 0.5]]))
-  >>> b = noise_ids(0, 3, [2, 7], np.float32([[0.1, 0.2], [0.5, 0.9]]))
-  >>> int(a[0, 1]) == int(b[1, 0]), int(a[0, 0]) != int(a[0, 1])
-  (True, True)
-  """
-  ids = _check_ids(prompt_ids)
-  codes = np.asarray(codes, np.float32)
-  keys = _prompt_keys(seed, step, ids, 1)  # [B]
-  bits = jax.lax.bitcast_convert_type(jnp.asarray(codes), jnp.uint32)
-
-  def one(key, b):
-    return jax.random.bits(jax.random.fold_in(key, b), (), jnp.uint32)
-
-  hashed = jax.vmap(lambda k, row: jax.vmap(lambda b: one(k, b))(row))(
-      keys, bits)
-  return np.asarray(jax.lax.bitcast_convert_type(hashed, jnp.int32))
-
-
-def _check_ids(prompt_ids) -> np.ndarray:
-  ids = np.asarray(prompt_ids)
-  if ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype, np.integer):
-    raise TypeError("prompt_ids must be a non-empty 1-D sequence of ints; got "
-                    f"{prompt_ids!r}.")
-  if ids.min() < 0 or ids.max() >= 2**32:
-    raise ValueError(f"prompt_ids must lie in [0, 2**32); got {prompt_ids!r}.")
-  return ids.astype(np.int64)
+# Seed policy functions, re-exported: RL code names a group by them.
+group_codes = seeds.group_codes
+noise_ids = seeds.noise_ids
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,6 +128,14 @@ def _token_log_probs(params, sequences, temperature, *, model, topk, topp):
   return jnp.pad(picked, ((0, 0), (1, 0)))
 
 
+def _in_order(out_codes: np.ndarray, codes: np.ndarray) -> np.ndarray:
+  """int [G]: for each requested code j, its sample's index among the
+  decode's outputs (which come sorted by log-prob, codes with them)."""
+  at = np.empty(codes.size, np.int64)
+  at[np.argsort(codes, kind="stable")] = np.argsort(out_codes, kind="stable")
+  return at
+
+
 def group_rollouts(llm, prompts: Union[str, Sequence[str]], group_size: int,
                    *, prompt_ids=None, seed: int = 0, step: int = 0,
                    scheme: SchemeLike = CodeScheme.SHIFTED_LATTICE,
@@ -216,20 +150,20 @@ def group_rollouts(llm, prompts: Union[str, Sequence[str]], group_size: int,
     llm: an `llm.LLM`.
     prompts: a text or B texts.
     group_size: G >= 1 completions per prompt.
-    prompt_ids: B ints in [0, 2**32) naming the prompts (default 0..B-1);
-      the same id with the same text gives the same group in any batch.
+    prompt_ids: B distinct ints in [0, 2**32) naming the prompts (default
+      0..B-1); the same id with the same text gives the same group in any
+      batch.
     seed, step: ints >= 0; the run's seed and the RL step (a fresh group
       per step).
     scheme: "shifted_lattice" (stratified), "van_der_corput" (stratified,
       extensible in powers of two) or "iid" (ancestral sampling).
     temperature, topk, topp, max_new_tokens, chat: as `llm.generate`.
-    rows_per_call: rows of every decode call (fixed, so that a sample's
-      arithmetic does not depend on G or the batch); a group takes
-      ceil(G / rows_per_call) calls. Changing it may change samples (last
-      bits of the logits).
+    rows_per_call: rows of every teacher-forced call that scores the
+      tokens (`token_log_probs`; fixed, so that a token's log-prob does not
+      depend on G or the batch).
     token_log_probs: also compute per-token log-probs (one teacher-forced
-      pass per call).
-    devices: JAX devices to spread the calls over (default: the first).
+      pass).
+    devices: JAX devices to split the prompts over (default: the first).
     codes: float [B, G] codes to decode instead of the scheme's.
     stop_ids: token ids that also end a completion (besides the model's
       EOS and end-of-turn tokens), e.g. a newline for one-line answers.
@@ -239,102 +173,81 @@ def group_rollouts(llm, prompts: Union[str, Sequence[str]], group_size: int,
   """
   from arithmetic_decoding import llm as llm_lib  # the `llm` extra
 
-  texts = [prompts] if isinstance(prompts, str) else list(prompts)
-  if not texts or not all(isinstance(t, str) for t in texts):
-    raise TypeError("prompts must be a string or a non-empty list of strings.")
-  g = validation.check_int("group_size", group_size, minimum=1)
+  sampling = SamplingParams(
+      n=validation.check_int("group_size", group_size, minimum=1),
+      method=Method.ARITHMETIC, temperature=temperature,
+      topk=topk, topp=topp, max_new_tokens=max_new_tokens, seed=seed,
+      step=step, code_scheme=scheme, stop_ids=tuple(stop_ids))
+  g, steps = sampling.n, sampling.max_new_tokens
   rows = validation.check_int("rows_per_call", rows_per_call, minimum=1)
-  steps = validation.check_int("max_new_tokens", max_new_tokens, minimum=1)
-  validation.check_int("seed", seed, minimum=0)
-  validation.check_int("step", step, minimum=0)
-  validation.check_temperature(temperature, 1)
+  texts, ids_all, _ = llm_lib.prepare_prompts(llm, prompts, steps, chat)
   ids = (np.arange(len(texts)) if prompt_ids is None else
-         _check_ids(prompt_ids))
+         seeds.check_prompt_ids(prompt_ids))
   if len(ids) != len(texts):
     raise ValueError(f"prompt_ids must have one id per prompt ({len(texts)});"
                      f" got {len(ids)}.")
   if len(set(ids.tolist())) != len(ids):
     raise ValueError("prompt_ids must be distinct.")
   if codes is None:
-    codes = group_codes(seed, step, ids, g, scheme)
+    codes = seeds.group_codes(seed, step, ids, g, sampling.code_scheme)
   else:
     codes = np.asarray(validation.check_codes(codes, len(texts), g))
-  noise = noise_ids(seed, step, ids, codes)
   devices = list(devices) if devices is not None else [jax.devices()[0]]
   if not devices:
     raise ValueError("devices must name at least one device.")
-  params_on = {}
+  params_on = {d: jax.device_put(llm.params, d) for d in devices}
+  stops = tuple(dict.fromkeys(llm.stop_ids + sampling.stop_ids))
+  # The prompts in contiguous parts, one per device, decoded in parallel.
+  parts = [p for p in np.array_split(np.arange(len(texts)), len(devices))
+           if p.size]
 
-  def params_for(device):
-    if device not in params_on:
-      params_on[device] = jax.device_put(llm.params, device)
-    return params_on[device]
+  def run(part, device):
+    return llm_lib.decode(llm, [ids_all[b] for b in part], sampling,
+                          prompt_ids=ids[part], codes=codes[part],
+                          params=params_on[device])
 
-  topk = validation.check_topk(topk)
-  topp = validation.check_topp(topp)
-  validation.check_topk_topp(topk, topp)
-  stops = tuple(llm.stop_ids) + tuple(
-      validation.check_int("stop_ids", t, minimum=1) for t in stop_ids
-      if t not in llm.stop_ids)
-  calls = -(-g // rows)
-  # Launch every call first (asynchronous: the devices work in parallel),
-  # then collect. Call (b, c) holds codes [c*rows, (c+1)*rows) of prompt b,
-  # padded with copies of its first code (same code, same noise id: the
-  # same sample, dropped).
-  launched = []
-  for b, text in enumerate(texts):
-    chat_text, ids_b, batch = llm_lib.prepare_prompts(llm, text, steps, chat)
-    for c in range(calls):
-      part = np.arange(c * rows, min(g, (c + 1) * rows))
-      fill = np.concatenate([part, np.full(rows - len(part), part[0])])
-      device = devices[len(launched) % len(devices)]
-      arrays = llm_lib._decode(  # pylint: disable=protected-access
-          params_for(device), jax.device_put(batch, device),
-          jax.device_put(jax.random.PRNGKey(seed), device),
-          jax.device_put(jnp.float32(temperature), device),
-          jax.device_put(codes[b, fill][None], device),
-          jax.device_put(noise[b, fill][None], device), model=llm.model,
-          method=Method.ARITHMETIC, num_samples=rows,
-          length=batch.shape[1] + 1 + steps, max_new_tokens=steps, topk=topk,
-          topp=topp, eos=stops, code_resolution=CODE_RESOLUTION)
-      launched.append((b, part, fill, device, chat_text, ids_b, arrays))
+  with concurrent.futures.ThreadPoolExecutor(len(parts)) as pool:
+    outs = list(pool.map(run, parts, devices[:len(parts)]))
 
   tokens = np.zeros((len(texts), g, steps), np.int32)
   mask = np.zeros((len(texts), g, steps), bool)
   totals = np.zeros((len(texts), g), np.float32)
   finished = np.zeros((len(texts), g), bool)
   out_texts: List[List[str]] = [[""] * g for _ in texts]
-  for b, part, _, _, chat_text, ids_b, arrays in launched:
-    gen = llm_lib.collect(llm, Method.ARITHMETIC, chat_text, ids_b, steps,
-                          arrays, stops)
-    for j in part:
-      # Samples come back ordered by code; find code j's.
-      i = int(np.flatnonzero(gen.codes[0] == codes[b, j])[0])
-      stop = int(gen.stop_tokens[0, i])
-      full = gen.tokens[0][i] + ([stop] if stop >= 0 else [])
-      tokens[b, j, :len(full)] = full
-      mask[b, j, :len(full)] = True
-      out_texts[b][j] = gen.texts[0][i]
-      totals[b, j] = gen.log_probs[0, i]
-      finished[b, j] = gen.finished[0, i]
+  for part, arrays in zip(parts, outs):
+    gen = llm_lib.collect(llm, Method.ARITHMETIC, [texts[b] for b in part],
+                          [ids_all[b] for b in part], steps, arrays, stops)
+    for i, b in enumerate(part):
+      for j, k in enumerate(_in_order(gen.codes[i], codes[b])):
+        stop = int(gen.stop_tokens[i, k])
+        full = gen.tokens[i][k] + ([stop] if stop >= 0 else [])
+        tokens[b, j, :len(full)] = full
+        mask[b, j, :len(full)] = True
+        out_texts[b][j] = gen.texts[i][k]
+        totals[b, j] = gen.log_probs[i, k]
+        finished[b, j] = gen.finished[i, k]
 
   logps = None
   if token_log_probs:
     scored = []
-    for b, part, fill, device, _, ids_b, _ in launched:
-      prompt = ids_b[0]
-      length = -(-(len(prompt) + steps) // llm_lib.PROMPT_BUCKET)
-      seqs = np.zeros((rows, length * llm_lib.PROMPT_BUCKET), np.int32)
-      seqs[:, :len(prompt)] = prompt
-      seqs[:, len(prompt):len(prompt) + steps] = tokens[b, fill]
-      scored.append((b, part, len(prompt), _token_log_probs(
-          params_for(device), jax.device_put(seqs, device),
-          jax.device_put(jnp.float32(max(float(temperature), 1e-4)), device),
-          model=llm.model, topk=topk, topp=topp)))
+    for part, device in zip(parts, devices):
+      for b in part:
+        prompt = ids_all[b]
+        length = -(-(len(prompt) + steps) // llm_lib.PROMPT_BUCKET)
+        for start in range(0, g, rows):
+          block = np.arange(start, min(g, start + rows))
+          fill = np.concatenate([block, np.full(rows - block.size, block[0])])
+          seqs = np.zeros((rows, length * llm_lib.PROMPT_BUCKET), np.int32)
+          seqs[:, :len(prompt)] = prompt
+          seqs[:, len(prompt):len(prompt) + steps] = tokens[b, fill]
+          scored.append((b, block, len(prompt), _token_log_probs(
+              params_on[device], jax.device_put(seqs, device),
+              jax.device_put(jnp.float32(sampling.temperature), device),
+              model=llm.model, topk=sampling.topk, topp=sampling.topp)))
     logps = np.zeros((len(texts), g, steps), np.float32)
-    for b, part, n, lp in scored:
-      new = np.asarray(lp)[:len(part), n:n + steps]
-      logps[b, part] = np.where(mask[b, part], new, 0.0)
+    for b, block, n, lp in scored:
+      new = np.asarray(lp)[:block.size, n:n + steps]
+      logps[b, block] = np.where(mask[b, block], new, 0.0)
   return Rollouts(prompt_ids=ids, codes=codes, tokens=tokens, mask=mask,
                   token_log_probs=logps, log_probs=totals, texts=out_texts,
                   finished=finished)

@@ -187,4 +187,5 @@ def test_bad_files_and_arguments(tmp_path, llms, files):
   with pytest.raises(TypeError, match="prompts"):
     generate(llm, [3], 2)
   with pytest.raises(ValueError, match="codes"):
-    generate(llm, ["he"], 2, method="ancestral", codes=np.zeros((1, 2)))
+    generate(llm, ["he"], 2, method="ancestral", codes=np.zeros((1, 2)),
+             max_new_tokens=4)

@@ -67,7 +67,7 @@ def test_codes_are_per_prompt_lattices_and_prefixes():
     assert np.array_equal(small[0], large[0, :4])
   vdc = group_codes(0, 5, [8], 16, "van_der_corput")[0]
   np.testing.assert_allclose(np.diff(np.sort(vdc[:4])), 1 / 4, atol=1e-6)
-  with pytest.raises(ValueError, match="rollouts"):
+  with pytest.raises(ValueError, match="per-prompt codes"):
     group_codes(0, 0, [1], 4, "lattice")  # not random: biased
 
 

@@ -1,0 +1,251 @@
+"""Benchmark: LLM sampling through the engine, before and after, on this CPU.
+
+    python scripts/bench_llm_engine.py                    # before vs after
+    python scripts/bench_llm_engine.py --baseline none    # after only
+    python scripts/bench_llm_engine.py --models smollm2-135m --n 16
+
+The workload (the same call in both checkouts): 8 chat prompts x N samples
+(--n: 16, 64) at each temperature (--temperatures: 0.4, 0.8, 1.0), by
+arithmetic and ancestral sampling, `llm.generate(..., max_new_tokens=64)`
+with the model's stop tokens honoured, seed 0, float32, for each model
+(--models: SmolLM2-135M, Gemma 3 270M). Each configuration runs once
+untimed (every program it needs compiled), then once timed.
+
+* after: this checkout (the compacted scheduler: ended rows dropped, a
+  prompt prefilled once for its samples, prefixes shared). before: the
+  code at --baseline (a git commit), run from a temporary `git worktree`.
+  The two draw different samples (the seed policy changed: `docs/
+  engine.md`), so they are compared by rate, not token for token.
+* tokens: generated tokens, the stop token included; tokens/s over the
+  timed run.
+* row-steps per token: model rows x loop steps the decode ran, per
+  generated token. before: the fused loop runs all B x N rows until the
+  longest sample ends (B x N x its steps); after: the compacted
+  scheduler's count (`stats["row_steps"]`).
+* peak memory: the resident set's peak of the process that ran one model's
+  configurations (each model and checkout in its own process).
+
+Records are appended to --out as they finish (one per checkout, model and
+configuration) and a rerun skips those present, so a killed run resumes.
+Prints a table of before/after per configuration and a one-line summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+OUT = ROOT / "results" / "llm" / "bench_engine.jsonl"
+PROMPTS = ["Name a fruit.", "Write a short poem about the sea.",
+           "What is the capital of France?", "Explain gravity to a child.",
+           "List three colours.", "What is 12 times 7?",
+           "Give me a word that rhymes with cat.", "Describe a sunset."]
+
+
+def _cpu() -> str:
+  try:
+    for line in open("/proc/cpuinfo"):
+      if line.startswith("model name"):
+        return line.split(":", 1)[1].strip()
+  except OSError:
+    pass
+  return platform.processor()
+
+
+def _key(record) -> tuple:
+  return (record["version"], record["commit"], record["model"], record["n"],
+          record["temperature"], record["method"])
+
+
+def worker(args) -> None:
+  """Runs one model's configurations in this process (the checkout on
+  sys.path); appends each record to args.out."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from arithmetic_apps import llms  # pylint: disable=g-import-not-at-top
+  from arithmetic_decoding import llm as llm_lib  # pylint: disable=g-import-not-at-top
+  llm = llms.load(args.model)
+  done = _done(args.out)
+  new_api = hasattr(llm_lib, "decode") and hasattr(llm_lib, "SamplingParams")
+
+  def run(n, temperature, method):
+    stats = {}
+    start = time.perf_counter()
+    if new_api:
+      sampling = llm_lib.SamplingParams(
+          n=n, method=method, temperature=temperature, max_new_tokens=64)
+      texts, ids, _ = llm_lib.prepare_prompts(llm, PROMPTS, 64, True)
+      arrays = llm_lib.decode(llm, ids, sampling, stats=stats)
+      out = llm_lib.collect(llm, sampling.method, texts, ids, 64, arrays)
+    else:
+      out = llm_lib.generate(llm, PROMPTS, n, method=method,
+                             temperature=temperature, seed=0,
+                             max_new_tokens=64, chat=True)
+    seconds = time.perf_counter() - start
+    lengths = np.array([[len(t) + int(s >= 0) for t, s in zip(row, srow)]
+                        for row, srow in zip(out.tokens, out.stop_tokens)])
+    row_steps = (stats["row_steps"] if stats else
+                 int(lengths.size * lengths.max()))
+    return seconds, int(lengths.sum()), row_steps
+
+  for n in args.n:
+    for temperature in args.temperatures:
+      for method in ("arithmetic", "ancestral"):
+        record = dict(version=args.version, commit=args.commit,
+                      model=args.model, n=n, temperature=temperature,
+                      method=method)
+        if _key(record) in done:
+          continue
+        run(n, temperature, method)  # compiles what the timed run needs
+        seconds, tokens, row_steps = run(n, temperature, method)
+        record.update(
+            prompts=len(PROMPTS), max_new_tokens=64, seconds=round(seconds, 3),
+            tokens=tokens, tokens_per_second=round(tokens / seconds, 1),
+            row_steps=row_steps,
+            row_steps_per_token=round(row_steps / tokens, 3),
+            peak_mib=round(resource.getrusage(
+                resource.RUSAGE_SELF).ru_maxrss / 1024),
+            host=_cpu())
+        with open(args.out, "a") as f:
+          f.write(json.dumps(record) + "\n")
+        print(json.dumps(record), flush=True)
+
+
+def _done(path) -> set:
+  if not os.path.exists(path):
+    return set()
+  keys = set()
+  for line in open(path):
+    line = line.strip()
+    if line:
+      try:
+        keys.add(_key(json.loads(line)))
+      except (ValueError, KeyError):
+        continue  # a torn last line: its configuration runs again
+  return keys
+
+
+def _commit(ref: str, cwd=ROOT) -> str:
+  return subprocess.run(["git", "rev-parse", "--short", ref], cwd=cwd,
+                        capture_output=True, text=True,
+                        check=True).stdout.strip()
+
+
+def _spawn(checkout: pathlib.Path, version: str, commit: str, model: str,
+           args) -> None:
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+      [str(checkout), str(checkout / "apps")]))
+  cmd = [sys.executable, str(ROOT / "scripts" / "bench_llm_engine.py"),
+         "--worker", "--version", version, "--commit", commit, "--model",
+         model, "--out", str(args.out), "--n", *map(str, args.n),
+         "--temperatures", *map(str, args.temperatures)]
+  subprocess.run(cmd, env=env, check=True)
+
+
+def summary(path, commits) -> dict:
+  """before/after per configuration (the latest record of each)."""
+  latest = {}
+  for line in open(path):
+    if line.strip():
+      r = json.loads(line)
+      if r["commit"] in commits:
+        latest[(r["version"], r["model"], r["n"], r["temperature"],
+                r["method"])] = r
+  rows = []
+  for (version, model, n, t, method), after in sorted(latest.items()):
+    if version != "after":
+      continue
+    before = latest.get(("before", model, n, t, method))
+    rows.append(dict(
+        model=model, n=n, temperature=t, method=method,
+        after_tok_s=after["tokens_per_second"],
+        before_tok_s=before and before["tokens_per_second"],
+        speedup=before and round(after["tokens_per_second"] /
+                                 before["tokens_per_second"], 2),
+        after_row_steps_per_token=after["row_steps_per_token"],
+        before_row_steps_per_token=before and before["row_steps_per_token"],
+        after_peak_mib=after["peak_mib"],
+        before_peak_mib=before and before["peak_mib"]))
+  # Arithmetic vs ancestral, seconds per generated token, after.
+  for row in rows:
+    if row["method"] == "arithmetic":
+      twin = next((r for r in rows if r["method"] == "ancestral" and
+                   (r["model"], r["n"], r["temperature"]) ==
+                   (row["model"], row["n"], row["temperature"])), None)
+      if twin:
+        row["arithmetic_over_ancestral_s_per_token"] = round(
+            twin["after_tok_s"] / row["after_tok_s"], 3)
+  return {"rows": rows}
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--baseline", default="d698328",
+                      help="git commit of the code before, or 'none'")
+  parser.add_argument("--models", nargs="+",
+                      default=["smollm2-135m", "gemma3-270m"])
+  parser.add_argument("--n", nargs="+", type=int, default=[16, 64])
+  parser.add_argument("--temperatures", nargs="+", type=float,
+                      default=[0.4, 0.8, 1.0])
+  parser.add_argument("--out", default=str(OUT))
+  parser.add_argument("--report_only", action="store_true")
+  parser.add_argument("--worker", action="store_true")
+  parser.add_argument("--version")
+  parser.add_argument("--commit")
+  parser.add_argument("--model")
+  args = parser.parse_args(argv)
+  if args.worker:
+    worker(args)
+    return
+  after = _commit("HEAD")
+  commits = {after}
+  with tempfile.TemporaryDirectory() as tmp:
+    checkouts = [("after", ROOT, after)]
+    if args.baseline != "none":
+      before = _commit(args.baseline)
+      commits.add(before)
+      if not args.report_only:
+        tree = pathlib.Path(tmp) / "before"
+        subprocess.run(["git", "worktree", "add", "--detach", str(tree),
+                        args.baseline], cwd=ROOT, check=True,
+                       capture_output=True)
+        checkouts.insert(0, ("before", tree, before))
+    try:
+      for version, checkout, commit in ([] if args.report_only else
+                                        checkouts):
+        for model in args.models:
+          _spawn(checkout, version, commit, model, args)
+    finally:
+      for version, checkout, _ in checkouts:
+        if version == "before":
+          subprocess.run(["git", "worktree", "remove", "--force",
+                          str(checkout)], cwd=ROOT, check=False)
+  report = summary(args.out, commits)
+  print(f"{'model':14} {'N':>3} {'T':>4} {'method':10} {'before':>8} "
+        f"{'after':>8} {'x':>6} {'rs/tok b':>8} {'rs/tok a':>8}")
+  for r in report["rows"]:
+    print(f"{r['model']:14} {r['n']:3d} {r['temperature']:4.1f} "
+          f"{r['method']:10} {r['before_tok_s'] or 0:8.1f} "
+          f"{r['after_tok_s']:8.1f} {r['speedup'] or 0:6.2f} "
+          f"{r['before_row_steps_per_token'] or 0:8.2f} "
+          f"{r['after_row_steps_per_token']:8.2f}")
+  print(json.dumps(report))
+  speedups = [r["speedup"] for r in report["rows"] if r["speedup"]]
+  ratios = [r["arithmetic_over_ancestral_s_per_token"] for r in report["rows"]
+            if "arithmetic_over_ancestral_s_per_token" in r]
+  if speedups:
+    print(f"speedup after/before: {min(speedups):.2f}x-{max(speedups):.2f}x "
+          f"over {len(speedups)} configurations; arithmetic/ancestral time "
+          f"per token {min(ratios or [0]):.2f}-{max(ratios or [0]):.2f}")
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,179 @@
+"""One decode engine: a request built once, its schedulers agree, one seed.
+
+- The fused and the compacted scheduler of one LLM request return the same
+  samples, token for token and log-prob for log-prob, for every sampling
+  method (the T5 translator's requests: `test_throughput.py`; the mesh
+  scheduler: `test_sharding.py`).
+- A prompt's samples through `llm.generate` are a function of (seed,
+  prompt id, N, method, settings) alone: the same decoded alone or among
+  other prompts of other lengths, and the same through
+  `rollouts.group_rollouts` (one seed policy, `seeds`).
+- What that rests on, checked on this machine: a row's logits do not
+  depend on how many rows the step runs (from 64 up) or how many cache
+  positions it has (from 64 up), and a prompt's prefill does not depend on
+  the cache it is written into.
+- `compaction` and `sharding` hold no method dispatch, no options building
+  and no loop of their own: they run the request they are given.
+"""
+
+import dataclasses
+import pathlib
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from arithmetic_decoding import llm as llm_lib
+from arithmetic_decoding.llm import LLM, generate
+from arithmetic_decoding.models.decoder_config import TINY, DecoderConfig
+from arithmetic_decoding.models.decoder_model import DecoderOnlyModel
+from arithmetic_decoding.models.decoder_only import DecoderOnly
+from arithmetic_decoding.request import SamplingParams
+from arithmetic_decoding.rollouts import group_rollouts
+from gguf_files import vocab_size, write_tiny
+
+ROOT = pathlib.Path(__file__).parent.parent
+METHODS = ["arithmetic", "ancestral", "greedy"]
+PROMPTS = {"llama": ["hehe he", "h", "he eh hehe ehe h", "eh"],
+           "gemma3": ["ab", "b", "a ab b ba ab", "ba"]}
+
+
+def _config(arch):
+  return dataclasses.replace(TINY[arch], vocab_size=vocab_size(arch))
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+  out = {}
+  for arch in sorted(TINY):
+    model = DecoderOnlyModel(_config(arch))
+    params = jax.tree_util.tree_map(lambda x: np.asarray(x) * 4.0,
+                                    model.init(jax.random.PRNGKey(0)))
+    path = write_tiny(tmp_path_factory.mktemp(arch) / "f32.gguf",
+                      _config(arch), params,
+                      sliding_pattern=3 if arch == "gemma3" else None)
+    out[arch] = LLM.from_gguf(path, verbose=False)
+  return out
+
+
+def _ids(llm, texts):
+  return [llm.encode(t) for t in texts]
+
+
+@pytest.mark.parametrize("arch", sorted(TINY))
+@pytest.mark.parametrize("method", METHODS)
+def test_fused_and_compacted_schedulers_agree(tiny, arch, method):
+  """4 prompts x 16 samples (64 rows): every token and log-prob equal."""
+  llm = tiny[arch]
+  sampling = SamplingParams(n=16, method=method, temperature=1.0,
+                            max_new_tokens=10, seed=3)
+  ids = _ids(llm, PROMPTS[arch])
+  stats = {}
+  compacted = llm_lib.decode(llm, ids, sampling, stats=stats)
+  fused = llm_lib.decode(llm, ids, sampling, scheduler="fused")
+  for a, b in zip(fused, compacted):
+    np.testing.assert_array_equal(a, b)
+  # The compacted scheduler decoded fewer sample rows than the fused one
+  # (rows end at different steps), and the model ran at most one row per
+  # sample row and step.
+  steps = int((fused[0] != 0).sum(-1).max())
+  assert stats["row_steps"] <= max(stats["sample_row_steps"], 64 * steps)
+  if method == "greedy":  # every sample of a prompt on one model row
+    assert stats["row_steps"] <= 64 * steps
+
+
+@pytest.mark.parametrize("arch", sorted(TINY))
+@pytest.mark.parametrize("method", METHODS)
+def test_a_prompt_samples_the_same_alone_and_in_any_batch(tiny, arch,
+                                                          method):
+  llm = tiny[arch]
+  a, *others = PROMPTS[arch]
+  kw = dict(method=method, temperature=1.0, seed=5, max_new_tokens=8)
+  alone = generate(llm, a, 4, prompt_ids=[9], **kw)
+  batch = generate(llm, [others[1], a, others[0]], 4, prompt_ids=[2, 9, 4],
+                   **kw)
+  assert alone.tokens[0] == batch.tokens[1]
+  assert alone.log_probs[0].tobytes() == batch.log_probs[1].tobytes()
+  np.testing.assert_array_equal(alone.codes[0], batch.codes[1])
+  # Another id is another sample set (a sampling method draws anew).
+  moved = generate(llm, a, 4, prompt_ids=[10], **kw)
+  if method != "greedy":
+    assert moved.tokens[0] != alone.tokens[0]
+
+
+def test_generate_and_rollouts_share_the_seed_policy(tiny):
+  llm = tiny["llama"]
+  for scheme in ("shifted_lattice", "iid"):
+    gen = generate(llm, ["hehe he", "eh"], 8, temperature=1.0, seed=7,
+                   max_new_tokens=6, prompt_ids=[31, 4], code_scheme=scheme)
+    out = group_rollouts(llm, ["hehe he", "eh"], 8, seed=7, step=0,
+                         max_new_tokens=6, prompt_ids=[31, 4], scheme=scheme,
+                         token_log_probs=False)
+    for b in range(2):
+      order = np.argsort(out.codes[b], kind="stable")  # generate: by code
+      np.testing.assert_array_equal(gen.codes[b], out.codes[b][order])
+      for i, j in enumerate(order):
+        n = int(out.mask[b, j].sum()) - int(out.finished[b, j])
+        assert gen.tokens[b][i] == out.tokens[b, j, :n].tolist()
+      assert gen.log_probs[b].tobytes() == out.log_probs[b][order].tobytes()
+
+
+# A decoder with the matrix sizes of a small real model (SmolLM2's width).
+MID = DecoderConfig(architecture="llama", vocab_size=8192, d_model=576,
+                    num_layers=2, num_heads=9, num_kv_heads=3, head_dim=64,
+                    d_ff=1536, rope_base=10000.0, rope_style="halves",
+                    activation="silu", context_length=512)
+
+
+@pytest.mark.slow
+def test_a_rows_logits_do_not_depend_on_rows_or_cache_size():
+  """The preconditions of batch invariance, on this machine: one row's
+  logits at a decode step are bitwise the same among 64, 96 or 200 rows,
+  with 64, 100 or 300 cache positions, and a prompt's prefill is the same
+  in any cache it is written into (`llm.prompt_caches`)."""
+  model = DecoderOnlyModel(MID)
+  params = model.init(jax.random.PRNGKey(0))
+  prompt = np.zeros((1, 32), np.int32)
+  prompt[0, :27] = np.arange(1, 28) * 37
+  step = jax.jit(lambda p, tok, idx, cache: model.module.apply(
+      {"params": p}, tok, idx, cache, method=DecoderOnly.decode_step)[0])
+  base = llm_lib._prefill(params, jnp.asarray(prompt), model=model,  # pylint: disable=protected-access
+                          slots=64)
+  results = []
+  for rows, slots in [(64, 64), (96, 100), (200, 300), (64, 300)]:
+    cache = llm_lib.resize_cache(base, slots, axis=1)
+    cache = jax.tree_util.tree_map(lambda x: jnp.repeat(x, rows, 0), cache)
+    token = jnp.full((rows, 1), 5, jnp.int32).at[1:].set(
+        jnp.arange(rows - 1)[:, None] % 300 + 2)
+    results.append(np.asarray(step(params, token, jnp.full((rows,), 27),
+                                   cache))[0])
+  for other in results[1:]:
+    np.testing.assert_array_equal(other, results[0])
+  big = llm_lib._prefill(params, jnp.asarray(prompt), model=model,  # pylint: disable=protected-access
+                         slots=192)
+  for a, b in zip(jax.tree_util.tree_leaves(base),
+                  jax.tree_util.tree_leaves(big)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b)[:, :64])
+
+
+def _code(path: str) -> str:
+  """A module's source without docstrings and comments."""
+  text = (ROOT / path).read_text()
+  text = re.sub(r'"""(.|\n)*?"""', "", text)
+  return re.sub(r"#.*", "", text)
+
+
+@pytest.mark.parametrize("path", ["arithmetic_decoding/compaction.py",
+                                  "arithmetic_decoding/sharding.py"])
+def test_schedulers_run_the_request_they_are_given(path):
+  code = _code(path)
+  # No method dispatch (beam search, which has no rows, aside), no greedy
+  # rule, no chooser or options built here.
+  assert not re.search(r"is (not )?Method\.(?!BEAM)", code)
+  assert "GREEDY" not in code and ".chooser(" not in code
+  assert "DecodeOptions(" not in code and "validate(" not in code
+  # No loop of their own: the loop is `loop`'s.
+  assert "while_loop" not in code and "loop_fns" not in code
+  assert "protected-access" not in code
