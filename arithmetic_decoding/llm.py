@@ -210,7 +210,7 @@ def prompt_caches(llm: "LLM", ids: Sequence[Sequence[int]], slots: int,
     own = -(-(width + 1) // MIN_SLOTS) * MIN_SLOTS
     caches.append(resize_cache(
         _prefill(params, jnp.asarray(prompt), model=llm.model, slots=own),
-        slots, axis=1))
+        slots, axis=-1))
   return jax.tree_util.tree_map(lambda *x: jnp.concatenate(x, axis=0),
                                 *caches)
 

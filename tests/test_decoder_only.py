@@ -311,7 +311,7 @@ def test_cache_and_config_validation():
   with pytest.raises(ValueError, match="max_decode_len"):
     model.decode_inputs(params, jnp.ones((1, 6), jnp.int32), 6)
   cache = init_cache(TINY["gemma3"], 2, 5)
-  assert cache["layer_0"]["key"].shape == (2, 5, 1, 8)
+  assert cache["layer_0"]["key"].shape == (2, 1, 8, 5)
 
 
 def test_num_params_counts_the_tree():

@@ -60,8 +60,8 @@ class DecoderOnlyModel:
     self.config = config
     self.module = DecoderOnly(config)
     # Made once, so equal CacheGrowth objects share compiled programs.
-    self._resize_cache = functools.partial(resize_cache, axis=1)
-    self._cache_slots = functools.partial(cache_slots, axis=1)
+    self._resize_cache = functools.partial(resize_cache, axis=-1)
+    self._cache_slots = functools.partial(cache_slots, axis=-1)
 
   # -- parameters ----------------------------------------------------------
 

@@ -18,7 +18,11 @@ position 0:
 The decode cache is an explicit pytree, batch at axis 0, one entry per model
 position (cache position p holds the keys/values of model position p):
 
-  {"layer_i": {"key": [B, S, Hkv, K], "value": [B, S, Hkv, K]}, ...}
+  {"layer_i": {"key": [B, Hkv, K, S], "value": [B, Hkv, K, S]}, ...}
+
+positions minor, so that attention reads each head's positions contiguously
+and a decode step writes one column per row, in place inside the loop
+(`write_cache`), instead of rewriting the whole cache with a select.
 
 Each step writes its row's position before attending, so a row only ever
 reads positions it wrote (or the prefill wrote for its prompt); what a
@@ -144,7 +148,7 @@ class Attention(nn.Module):
     return y.reshape(batch, length, kernel.shape[1], kernel.shape[2])
 
   def __call__(self, x, positions, cache):
-    """x [B, T, D] at positions [B, T]; cache {"key", "value": [B, S, Hkv, K]}.
+    """x [B, T, D] at positions [B, T]; cache {"key", "value": [B, Hkv, K, S]}.
 
     Writes this call's keys/values at their positions, then attends over the
     whole cache (masked to each query's visible positions). Returns the
@@ -164,21 +168,21 @@ class Attention(nn.Module):
     q = rope(q, positions, base, scale, cfg.rope_style)
     k = rope(k, positions, base, scale, cfg.rope_style)
     cache = write_cache(cache, positions, k, v)
-    keys, values = cache["key"], cache["value"]
+    keys, values = cache["key"], cache["value"]  # [B, Hkv, K, S]
     batch, length = x.shape[:2]
-    slots = keys.shape[1]
+    slots = keys.shape[-1]
     g = cfg.heads_per_kv
     # [B, T, H, K] -> [B, T, Hkv, G, K]: head h reads key/value head h // G.
     q = q.reshape(batch, length, cfg.num_kv_heads, g, cfg.head_dim)
-    # [B, T, Hkv, G, K] x [B, S, Hkv, K] -> [B, Hkv, G, T, S]
-    logits = jnp.einsum("btngk,bsnk->bngts", q, keys,
+    # [B, T, Hkv, G, K] x [B, Hkv, K, S] -> [B, Hkv, G, T, S]
+    logits = jnp.einsum("btngk,bnks->bngts", q, keys,
                         preferred_element_type=jnp.float32) * cfg.query_scale
     visible = attention_mask(positions, jnp.arange(slots),
                              cfg.sliding_window if sliding else 0)
     logits = jnp.where(visible[:, None, None], logits, _MASK)
     weights = jax.nn.softmax(logits, axis=-1).astype(dt)
-    # [B, Hkv, G, T, S] x [B, S, Hkv, K] -> [B, T, Hkv, G, K] -> [B*T, H*K]
-    mixed = jnp.einsum("bngts,bsnk->btngk", weights, values)
+    # [B, Hkv, G, T, S] x [B, Hkv, K, S] -> [B, T, Hkv, G, K] -> [B*T, H*K]
+    mixed = jnp.einsum("bngts,bnks->btngk", weights, values)
     mixed = mixed.reshape(batch * length, cfg.num_heads * cfg.head_dim)
     out = mixed @ self.out.reshape(-1, cfg.d_model).astype(dt)
     return out.reshape(batch, length, cfg.d_model), cache
@@ -186,25 +190,24 @@ class Attention(nn.Module):
 
 def write_cache(cache, positions, keys, values):
   """Writes keys/values [B, T, Hkv, K] at positions [B, T] of the cache
-  [B, S, Hkv, K]; positions outside 0..S-1 write nothing.
+  [B, Hkv, K, S] (positions minor: attention reads contiguous positions);
+  positions outside 0..S-1 write nothing. A scatter of B x T columns: in
+  place in the decode loop (a select would rewrite the whole cache).
 
-  >>> c = {"key": jnp.zeros((1, 3, 1, 1)), "value": jnp.zeros((1, 3, 1, 1))}
+  >>> c = {"key": jnp.zeros((1, 1, 1, 3)), "value": jnp.zeros((1, 1, 1, 3))}
   >>> new = write_cache(c, jnp.array([[1]]), jnp.ones((1, 1, 1, 1)),
   ...                   jnp.ones((1, 1, 1, 1)))
-  >>> new["key"][0, :, 0, 0].tolist()
+  >>> new["key"][0, 0, 0].tolist()
   [0.0, 1.0, 0.0]
   """
-  slots = cache["key"].shape[1]
-  if keys.shape[1] == 1:
-    # One position per row (a decode step): a select, no scatter.
-    hit = (jnp.arange(slots)[None, :] == positions)[:, :, None, None]  # [B, S, 1, 1]
-    return {"key": jnp.where(hit, keys.astype(cache["key"].dtype), cache["key"]),
-            "value": jnp.where(hit, values.astype(cache["value"].dtype),
-                               cache["value"])}
+  slots = cache["key"].shape[-1]
   rows = jnp.arange(keys.shape[0])[:, None]  # [B, 1]
-  return {"key": cache["key"].at[rows, positions].set(
+  # Negative positions would wrap: send them past the end (dropped).
+  at = jnp.where(positions >= 0, positions, slots)  # [B, T]
+  # cache[rows, :, :, at] is [B, T, Hkv, K], the layout of keys/values.
+  return {"key": cache["key"].at[rows, :, :, at].set(
               keys.astype(cache["key"].dtype), mode="drop"),
-          "value": cache["value"].at[rows, positions].set(
+          "value": cache["value"].at[rows, :, :, at].set(
               values.astype(cache["value"].dtype), mode="drop")}
 
 
@@ -319,8 +322,8 @@ class DecoderOnly(nn.Module):
 
 def init_cache(config: DecoderConfig, batch: int, slots: int,
                dtype=None) -> Dict[str, Any]:
-  """Zeros: {"layer_i": {"key", "value": [batch, slots, Hkv, K]}}."""
-  shape = (batch, slots, config.num_kv_heads, config.head_dim)
+  """Zeros: {"layer_i": {"key", "value": [batch, Hkv, K, slots]}}."""
+  shape = (batch, config.num_kv_heads, config.head_dim, slots)
   zeros = jnp.zeros(shape, dtype or config.jnp_dtype)
   return {f"layer_{i}": {"key": zeros, "value": zeros}
           for i in range(config.num_layers)}
