@@ -13,9 +13,11 @@ temperature runs once untimed (compiling the programs that the timed runs
 need; a shape it did not meet compiles inside a timed run), then every
 temperature once timed.
 
-* after: this checkout (the compacted scheduler: ended rows dropped, a
-  prompt prefilled once for its samples, prefixes shared). before: the
-  code at --baseline (a git commit), run from a temporary `git worktree`.
+* after: this checkout's HEAD (the compacted scheduler: ended rows
+  dropped, a prompt prefilled once for its samples, prefixes shared).
+  before: the code at --baseline (a git commit). Each runs from a
+  temporary `git worktree` of its commit, so edits made while the
+  benchmark runs do not reach it.
   The two draw different samples (the seed policy changed: `docs/
   engine.md`), so they are compared by rate, not token for token.
 * tokens: generated tokens, the stop token included; tokens/s over the
@@ -210,29 +212,24 @@ def main(argv=None):
   if args.worker:
     worker(args)
     return
-  after = _commit("HEAD")
-  commits = {after}
+  versions = [("after", _commit("HEAD"))]
+  if args.baseline != "none":
+    versions.insert(0, ("before", _commit(args.baseline)))
+  commits = {commit for _, commit in versions}
   with tempfile.TemporaryDirectory() as tmp:
-    checkouts = [("after", ROOT, after)]
-    if args.baseline != "none":
-      before = _commit(args.baseline)
-      commits.add(before)
-      if not args.report_only:
-        tree = pathlib.Path(tmp) / "before"
-        subprocess.run(["git", "worktree", "add", "--detach", str(tree),
-                        args.baseline], cwd=ROOT, check=True,
-                       capture_output=True)
-        checkouts.insert(0, ("before", tree, before))
+    checkouts = []
     try:
-      for version, checkout, commit in ([] if args.report_only else
-                                        checkouts):
+      for version, commit in ([] if args.report_only else versions):
+        tree = pathlib.Path(tmp) / version
+        subprocess.run(["git", "worktree", "add", "--detach", str(tree),
+                        commit], cwd=ROOT, check=True, capture_output=True)
+        checkouts.append(tree)
         for model in args.models:
-          _spawn(checkout, version, commit, model, args)
+          _spawn(tree, version, commit, model, args)
     finally:
-      for version, checkout, _ in checkouts:
-        if version == "before":
-          subprocess.run(["git", "worktree", "remove", "--force",
-                          str(checkout)], cwd=ROOT, check=False)
+      for tree in checkouts:
+        subprocess.run(["git", "worktree", "remove", "--force", str(tree)],
+                       cwd=ROOT, check=False)
   report = summary(args.out, commits)
   print(f"{'model':14} {'N':>3} {'T':>4} {'method':10} {'before':>8} "
         f"{'after':>8} {'x':>6} {'rs/tok b':>8} {'rs/tok a':>8}")
