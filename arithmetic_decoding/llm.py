@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 from typing import Any, List, Optional, Sequence, Tuple, Union
 
 import jax
@@ -57,6 +58,7 @@ from arithmetic_decoding.engine import Scheduler, run_fused
 from arithmetic_decoding.loop import resize_cache
 from arithmetic_decoding.methods import Method
 from arithmetic_decoding.models import gguf_loader, gguf_tokenizer
+from arithmetic_decoding.models import hf_loader, hf_tokenizer
 from arithmetic_decoding.models.decoder_config import DecoderConfig
 from arithmetic_decoding.models.decoder_model import DecoderOnlyModel
 from arithmetic_decoding.request import DecodeRequest, SamplingParams, build
@@ -118,6 +120,46 @@ class LLM:
             f"{llm.num_params() / 1e6:.1f}M parameters, {nbytes / 2**20:.0f} "
             f"MiB as {dtype}")
     return llm
+
+  @classmethod
+  def from_hf(cls, folder: str, dtype: str = "float32",
+              verbose: bool = True) -> "LLM":
+    """Reads a Hugging Face model folder (Llama-style or Gemma 3 text, as
+    `save_pretrained` writes it): config.json, the safetensors weights (one
+    file or shards; F32, F16, BF16, cast to `dtype`), tokenizer.json, the
+    special tokens, stop ids and chat template. Prints the parameter memory
+    unless `verbose` is False. The name is the folder's.
+
+    Raises:
+      FileNotFoundError / ValueError: see `hf_loader.read_folder` (missing
+        files, bad safetensors), `hf_loader.config_from_hf` (unsupported
+        model_type or option), `hf_loader.load_params` (missing tensor,
+        wrong shape) and `hf_tokenizer`.
+    """
+    contents = hf_loader.read_folder(folder)
+    config = hf_loader.config_from_hf(contents.config, dtype)
+    params = hf_loader.load_params(contents, config)
+    tokenizer = hf_tokenizer.load_tokenizer(contents.folder)
+    vocab = hf_tokenizer.read_vocab(contents.folder, tokenizer, contents.config,
+                                    contents.generation_config)
+    name = os.path.basename(os.path.normpath(contents.folder))
+    llm = cls(name=name, config=config, model=DecoderOnlyModel(config),
+              params=params, vocab=vocab, tokenizer=tokenizer)
+    if verbose:
+      nbytes = sum(x.nbytes for x in jax.tree_util.tree_leaves(params))
+      print(f"{llm.name}: {config.architecture}, {config.num_layers} layers, "
+            f"{llm.num_params() / 1e6:.1f}M parameters, {nbytes / 2**20:.0f} "
+            f"MiB as {dtype}")
+    return llm
+
+  @classmethod
+  def load(cls, path: str, dtype: str = "float32",
+           verbose: bool = True) -> "LLM":
+    """A Hugging Face model folder (`from_hf`) or a GGUF file
+    (`from_gguf`), by what `path` is."""
+    if os.path.isdir(path):
+      return cls.from_hf(path, dtype, verbose)
+    return cls.from_gguf(path, dtype, verbose)
 
   def num_params(self) -> int:
     return sum(x.size for x in jax.tree_util.tree_leaves(self.params))

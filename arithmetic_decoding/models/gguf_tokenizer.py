@@ -28,7 +28,9 @@ result is a `tokenizers.Tokenizer` (the Rust tokenizer library).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Optional, Sequence, Tuple
+from typing import Any, Mapping, Optional, Sequence
+
+from arithmetic_decoding.models.vocab import Vocab, end_of_turn_ids
 
 CONTROL, USER_DEFINED = 3, 4
 SPACE = "\u2581"
@@ -57,37 +59,27 @@ def _require(module: str):
                       "'arithmetic-decoding[llm]'") from e
 
 
-@dataclasses.dataclass(frozen=True)
-class GGUFVocab:
-  """The tokenizer metadata of a GGUF file.
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GGUFVocab(Vocab):
+  """The tokenizer metadata of a GGUF file: a `vocab.Vocab` (special ids,
+  stop ids, chat template) and what its tokenizer is built from.
 
-  Attributes:
+  Attributes (besides `Vocab`'s):
     kind: `tokenizer.ggml.model` ("gpt2" or "llama").
-    tokens: the vocabulary, id order.
     token_types: per token (1 normal, 2 unknown, 3 control, 4 user-defined,
       6 byte).
     merges: "left right" strings in rank order (gpt2), else None.
     pre: `tokenizer.ggml.pre` (gpt2), the split regex's name.
     scores: per token (llama), else None.
-    bos_id, eos_id: the special ids (None when absent).
-    add_bos: prepend BOS when encoding a prompt.
-    chat_template: the Jinja chat template, or None.
-    extra_stop_ids: ids that also end generation (`<end_of_turn>`, EOT).
     rank_by_position: SentencePiece merges ranked by file position rather
       than by score (Gemma files).
   """
 
   kind: str
-  tokens: Sequence[str]
   token_types: Sequence[int]
   merges: Optional[Sequence[str]]
   pre: Optional[str]
   scores: Optional[Sequence[float]]
-  bos_id: Optional[int]
-  eos_id: Optional[int]
-  add_bos: bool
-  chat_template: Optional[str] = None
-  extra_stop_ids: Tuple[int, ...] = ()
   rank_by_position: bool = False
 
   @classmethod
@@ -103,9 +95,8 @@ class GGUFVocab:
     add_bos = get("add_bos_token")
     # llama.cpp's default: SentencePiece vocabularies add BOS, BPE ones not.
     add_bos = (kind == "llama") if add_bos is None else bool(add_bos)
-    stops = tuple(i for i, (t, ty) in enumerate(zip(tokens, types))
-                  if ty == CONTROL and t in ("<end_of_turn>", "<|eot_id|>",
-                                             "<|im_end|>", "<|endoftext|>"))
+    stops = end_of_turn_ids(tokens, {i for i, ty in enumerate(types)
+                                     if ty == CONTROL})
     eos = get("eos_token_id")
     return cls(kind=kind, tokens=tokens, token_types=types,
                merges=list(get("merges")) if get("merges") is not None else None,
@@ -116,12 +107,6 @@ class GGUFVocab:
                extra_stop_ids=tuple(i for i in stops if i != eos),
                rank_by_position=str(metadata.get(
                    "general.architecture", "")).startswith("gemma"))
-
-  @property
-  def stop_ids(self) -> Tuple[int, ...]:
-    """EOS first, then the other end-of-turn tokens."""
-    first = () if self.eos_id is None else (int(self.eos_id),)
-    return first + tuple(self.extra_stop_ids)
 
 
 def _byte_level(vocab: GGUFVocab):
