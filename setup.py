@@ -36,9 +36,10 @@ setuptools.setup(
         # Reading and writing T5X checkpoints (models.t5x_checkpoint), local
         # or gs://, without T5X.
         "checkpoints": ["flax>=0.10", "tensorstore>=0.1.60"],
-        # Decoder-only LLMs from GGUF files (arithmetic_decoding.llm): the
-        # file reader and dequantizer, the tokenizer library, the chat
-        # template engine. No weights: the applications' `llm` extra brings
+        # Decoder-only LLMs from GGUF files or Hugging Face folders
+        # (arithmetic_decoding.llm): the GGUF reader and dequantizer, the
+        # tokenizer library, the chat template engine (safetensors are read
+        # with numpy). No weights: the applications' `llm` extra brings
         # those.
         "llm": ["flax>=0.10", "gguf>=0.10", "tokenizers>=0.19",
                 "jinja2>=3.1"],

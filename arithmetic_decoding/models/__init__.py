@@ -1,9 +1,13 @@
 """Models that speak T5X's decoding protocol: a T5.1.1 / mT5 encoder-decoder,
-and a decoder-only family (Llama-style, Gemma 3) loaded from GGUF files.
+and a decoder-only family (Llama-style, Gemma 3) loaded from GGUF files or
+Hugging Face model folders.
 
   config, t5, encoder_decoder, t5x_checkpoint   the encoder-decoder
   decoder_config, decoder_only, decoder_model   the decoder-only family
   gguf_loader, gguf_tokenizer                   GGUF files (`llm` extra)
+  hf_loader, hf_tokenizer                       Hugging Face folders (`llm`)
+  vocab                                         special and stop ids, chat
+                                                template (both formats)
 """
 
 from arithmetic_decoding.models.config import PRESETS, T5Config, preset
