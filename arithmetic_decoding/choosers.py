@@ -171,6 +171,15 @@ class Choice:
     return cls(token, log_prob, valid, state.chooser_state)
 
 
+def _check_shared(raw, rows, dist: Distribution) -> None:
+  """With shared logits [P, V], the temperature is [] or [P]."""
+  if rows is not None and jnp.shape(dist.temperature) not in (
+      (), raw.shape[:1]):
+    raise ValueError("choose_rows with shared logits [P, V] needs a "
+                     "temperature of shape [] or [P]; got "
+                     f"{jnp.shape(dist.temperature)} for P = {raw.shape[0]}.")
+
+
 def row_keys(key: jax.Array, row_ids: jax.Array) -> jax.Array:
   """One PRNG key per row: fold_in(key, global row index).
 
@@ -288,11 +297,9 @@ class Arithmetic(Chooser):
   def choose_rows(self, raw, rows, state, step, dist) -> Choice:
     """`choose` where row r's logits are raw[rows[r]]: `raw` [P, V] holds
     logits shared by the rows (`arithmetic_step`'s `rows`; None: [R, V],
-    one per row). The distribution's temperature must then be a scalar."""
-    if rows is not None and jnp.ndim(dist.temperature):
-      raise ValueError("choose_rows with shared logits needs a scalar "
-                       "temperature; got shape "
-                       f"{jnp.shape(dist.temperature)}.")
+    one per row). The distribution's temperature is then a scalar or one
+    per row of `raw`."""
+    _check_shared(raw, rows, dist)
     code = state.chooser_state
     # [R or P, V] -> [R]
     decoded = arithmetic_step(dist.transform(raw), code.residual, rows)
@@ -333,12 +340,10 @@ class Ancestral(Chooser):
     """`choose` where row r's logits are raw[rows[r]] (`raw` [P, V] shared
     by the rows; None: [R, V], one per row): each row draws from its own
     key; the passes that do not need the key run once per row of `raw`
-    (`pruned` only; a scalar temperature)."""
-    if rows is not None and (jnp.ndim(dist.temperature) or not self.pruned):
-      raise ValueError("choose_rows with shared logits needs pruned=True "
-                       "and a scalar temperature; got pruned="
-                       f"{self.pruned}, temperature shape "
-                       f"{jnp.shape(dist.temperature)}.")
+    (`pruned` only; a temperature per row of `raw`, or a scalar)."""
+    if rows is not None and not self.pruned:
+      raise ValueError("choose_rows with shared logits needs pruned=True.")
+    _check_shared(raw, rows, dist)
     gather = ((lambda a: a) if rows is None else
               (lambda a: jnp.take(a, rows, axis=0)))  # [P, ...] -> [R, ...]
     x = dist.transform(raw)  # [P, V]

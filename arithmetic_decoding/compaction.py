@@ -519,12 +519,376 @@ def _take(live_arrays, take, model_take, owner, *, slots, growth):
           pick(max_decode_len), pick(eos_count))
 
 
+@functools.partial(jax.jit, static_argnames=("slots", "growth"))
+def _merge(live_arrays, new_arrays, *, slots, growth):
+  """The live arrays of two sets of rows, one after the other: sample rows
+  concatenated (sequences padded to the longer), model rows concatenated
+  (caches resized to `slots`), the second set's owners moved past the
+  first set's model rows."""
+  (a, a_ids, a_t, a_len, a_eos), (b, b_ids, b_t, b_len, b_eos) = (
+      live_arrays, new_arrays)
+  width = max(a.sequences.shape[1], b.sequences.shape[1])
+  pad = lambda x: jnp.pad(x, ((0, 0), (0, width - x.shape[1])))
+  size = lambda c: growth.resize(c, slots) if growth.size_of(c) != slots else c
+  model_a, model_b = size(a.cache["model"]), size(b.cache["model"])
+  cat = lambda *x: jnp.concatenate(x, axis=0)
+  offset = jax.tree_util.tree_leaves(model_a)[0].shape[0]
+  state = a.replace(
+      cur_index=cat(a.cur_index, b.cur_index),
+      sequences=cat(pad(a.sequences), pad(b.sequences)),
+      cache={"model": jax.tree_util.tree_map(cat, model_a, model_b),
+             "owner": cat(a.cache["owner"], b.cache["owner"] + offset),
+             "active": cat(a.cache["active"], b.cache["active"])},
+      cur_token=cat(a.cur_token, b.cur_token), ended=cat(a.ended, b.ended),
+      log_prob=cat(a.log_prob, b.log_prob),
+      chooser_state=jax.tree_util.tree_map(cat, a.chooser_state,
+                                           b.chooser_state))
+  return (state, cat(a_ids, b_ids), cat(a_t, b_t), cat(a_len, b_len),
+          cat(a_eos, b_eos))
+
+
+@functools.partial(jax.jit, donate_argnums=0)
+def _end(state, rows):
+  """The state with sample rows `rows` [k] ended (their results stay)."""
+  return state.replace(ended=state.ended.at[rows].set(True))
+
+
+@dataclasses.dataclass
+class _Part:
+  """One request's rows in a running batch: global sample-row ids
+  [start, start + rows), its B inputs x N decodes, the codes they started
+  from, and the host copy of each row's results (filled as rows end)."""
+
+  start: int
+  batch: int
+  num_decodes: int
+  codes: np.ndarray
+  sequences: np.ndarray
+  log_probs: np.ndarray
+  ended: np.ndarray
+
+  @property
+  def rows(self) -> int:
+    return self.batch * self.num_decodes
+
+
+class Compacted:
+  """The compacted scheduler's running batch: the rows of one request, or
+  of several requests that join between segments (continuous batching),
+  stepped in host-driven segments that drop ended rows and share prefixes.
+
+    batch = Compacted(request, layout)         # its rows, not yet stepped
+    batch.join("b", other_request)             # pooled layouts: more rows
+    while batch.keys():
+      for key in batch.step():                 # one segment
+        tokens, log_probs, codes = batch.pop(key)
+
+A request that joins must be run by the same program: the same static
+options but N (its chooser, stop ids, static cuts, noise policy), the same
+step function and context, the same decode key, and a layout whose rows
+are independent (`RowLayout.groups` 1). Its rows then draw exactly what
+they would in a batch of their own (`choosers.Noise.POSITION`: a row's
+noise is its own), and the model computes each row by itself
+(`docs/engine.md`, batch invariance).
+
+`run_compacted` runs one request to its end.
+  """
+
+  def __init__(self, request: DecodeRequest, layout: RowLayout,
+               compaction: Compaction = Compaction(), key=0):
+    if not isinstance(compaction, Compaction):
+      raise TypeError(f"compaction must be a Compaction; got "
+                      f"{type(compaction).__name__}.")
+    if not isinstance(layout, RowLayout):
+      raise TypeError(f"layout must be a RowLayout; got "
+                      f"{type(layout).__name__}.")
+    self._check(request, layout)
+    self.layout, self.compaction = layout, compaction
+    self.fns, self.context = request.fns, request.context
+    self.options = dataclasses.replace(request.options, num_decodes=1)
+    self.topk, self.topp = request.topk, request.topp
+    self.growth = layout.growth
+    self.counts = {"segments": 0, "row_steps": 0, "sample_row_steps": 0,
+                   "segment_seconds": 0.0}
+    rows_total = request.batch * request.num_decodes
+    self.small = (rows_total < compaction.min_rows and
+                  not compaction.pad_small)
+    self.share = compaction.share_prefixes and not self.small
+    groups = layout.groups
+    per_class = groups % layout.classes == 0
+    self.pools = layout.pools if self.share else (groups if per_class else 1)
+    self.spread = groups // self.pools if per_class else 1
+    # Model rows per cross-attention group: at least min_rows in all, at
+    # most the group's sample rows (padded up to min_rows with pad_small).
+    self.least = -(-compaction.min_rows // groups)
+    cap = rows_total // groups
+    self.cap = max(cap, self.least) if compaction.pad_small else cap
+    self.least_rows = -(-compaction.min_rows // self.pools)
+    self.parts = {}
+    self._stop = 0
+    self.live = None
+    self.decode_key = None
+    self.full = self.growth.size_of(request.cache)
+    self._add(key, request)
+
+  @staticmethod
+  def _check(request: DecodeRequest, layout: RowLayout):
+    fns, options = request.fns, request.options
+    if fns.state_callback_fn is not None or fns.logit_callback_fn is not None:
+      raise ValueError("the compacted scheduler runs no callbacks (its "
+                       "steps see model rows, not sample rows): use the "
+                       "fused one.")
+    if options.cache_offset != 0 or request.targets is not None:
+      raise ValueError("the compacted scheduler samples, from a cache whose "
+                       "batch is at axis 0.")
+    if request.batch % layout.classes or (
+        layout.groups > 1 and layout.groups != request.batch):
+      raise ValueError(f"layout {layout} does not fit {request.batch} "
+                       "inputs.")
+
+  def keys(self):
+    """The requests with rows in the batch."""
+    return list(self.parts)
+
+  @property
+  def rows(self) -> int:
+    """Sample rows in the batch (of all its requests, ended or not)."""
+    return 0 if self.live is None else int(self.live.rows.size)
+
+  def _model_rows(self, request: DecodeRequest):
+    """(rows_m, m, owner [C], model_take [rows_m]) of a request's rows on
+    their own: each class's samples on one model row (sharing), else each
+    sample on its own."""
+    batch, n = request.batch, request.num_decodes
+    rows_total = batch * n
+    if self.share:
+      per_pool = self.layout.classes // self.pools
+      m = self._per_group(-(-per_pool // self.spread))
+      rows_m = self.pools * self.spread * m
+      klass = np.arange(rows_total) // n // (batch // self.layout.classes)
+      owner = (klass // per_pool) * self.spread * m + klass % per_pool
+      model_take = np.zeros(rows_m, np.int64)  # the first input of a pool
+      model_take[::self.spread * m] = np.arange(0, batch, batch // self.pools)
+      model_take[owner] = np.arange(rows_total) // n
+    else:
+      rows_m = (rows_total if self.small else
+                max(rows_total, self.compaction.min_rows))
+      m = rows_m // self.layout.groups
+      owner = np.arange(rows_total)
+      model_take = np.minimum(np.arange(rows_m), rows_total - 1) // n
+    return rows_m, m, owner, model_take
+
+  def _per_group(self, need: int) -> int:
+    c = self.compaction
+    return _round(need, c.multiple, self.least, self.cap, c.geometric)
+
+  def _add(self, key, request: DecodeRequest):
+    rows_m, m, owner, model_take = self._model_rows(request)
+    start = (0 if request.initial_index is None else
+             int(np.max(np.asarray(request.initial_index))))
+    slots = (self.full if self.small else
+             min(self.full, -(-(start + 1 - self.growth.lag) //
+                              self.growth.slots) * self.growth.slots))
+    if self.live is not None:
+      slots = max(slots, self.growth.size_of(
+          self.live.state.cache["model"]))
+    state, row_ids, temperature, max_len, eos_count, codes, key_ = _start(
+        request, jnp.asarray(owner, jnp.int32),
+        jnp.asarray(model_take, jnp.int32), options=request.options,
+        slots=slots, growth=self.growth)
+    arrays = (state, row_ids, temperature, max_len, eos_count)
+    begin = 0 if self.live is None else max(
+        p.start + p.rows for p in self.parts.values())
+    rows = np.arange(begin, begin + owner.size)
+    width = state.sequences.shape[1]
+    self.parts[key] = _Part(
+        begin, request.batch, request.num_decodes, np.asarray(codes),
+        np.zeros((owner.size, width), np.int32),
+        np.zeros((owner.size,), np.float32), np.zeros(owner.size, bool))
+    if self.live is None:
+      self.decode_key = key_
+      self.live = _Live(*arrays, rows)
+      self.m, self.rows_m = m, rows_m
+      return
+    arrays = _merge(self.live.arrays(), arrays, slots=slots,
+                    growth=self.growth)
+    self.live = _Live(*arrays, np.concatenate([self.live.rows, rows]))
+    self.rows_m += rows_m
+    self._repack(np.asarray(self.live.state.ended[:, 0]), slots,
+                 self._distinct_owners(), force=True)
+
+  def join(self, key, request: DecodeRequest):
+    """Adds a request's rows; they are stepped from the next segment on.
+
+    Raises:
+      ValueError: the key is in use, the layout's rows are not
+        independent, or the request needs another program (see the class
+        docstring).
+    """
+    if key in self.parts:
+      raise ValueError(f"request key {key!r} is already in the batch.")
+    self._check(request, self.layout)
+    if self.layout.groups != 1 or self.small:
+      raise ValueError("only requests of independent rows (RowLayout."
+                       "groups 1, at least min_rows model rows) can join.")
+    same = (dataclasses.replace(request.options, num_decodes=1) ==
+            self.options and request.fns == self.fns and
+            request.topk is None and request.topp is None and
+            self.topk is None and self.topp is None and
+            _same_arrays(request.context, self.context))
+    if not same:
+      raise ValueError("the request needs another program (options, step "
+                       "function or context differ): start another batch.")
+    key_ = jax.random.split(request.rng)[1]
+    if self.decode_key is not None and not bool(
+        (jnp.asarray(key_) == jnp.asarray(self.decode_key)).all()):
+      raise ValueError("the request's decode key differs from the batch's.")
+    self._add(key, request)
+
+  def _distinct_owners(self) -> int:
+    owner = np.asarray(self.live.state.cache["owner"])
+    ended = np.asarray(self.live.state.ended[:, 0])
+    return max(1, np.unique(owner[~ended]).size)
+
+  def step(self) -> list:
+    """Runs one segment; returns the keys of the requests whose rows have
+    all ended (`pop` their results)."""
+    live, c = self.live, self.compaction
+    if live is None:
+      return []
+    done = int(live.state.step)
+    self._stop = (np.iinfo(np.int32).max if self.small else
+                  max(self._stop, done) + c.segment_steps)
+    started = time.perf_counter()
+    state, ended, cur_index, need = _segment(
+        self.context, *live.arrays(), self.topk, self.topp, self.decode_key,
+        jnp.int32(self._stop), fns=self.fns, options=self.options,
+        pools=self.pools, growth=self.growth)
+    ended, cur_index = np.asarray(ended), np.asarray(cur_index)
+    need = -(-int(np.asarray(need).max()) // self.spread)  # per group
+    self.counts["segment_seconds"] += time.perf_counter() - started
+    live.state = state
+    steps = int(state.step) - done
+    self.counts["segments"] += 1
+    self.counts["row_steps"] += self.rows_m * steps
+    self.counts["sample_row_steps"] += ended.size * steps
+    finished = self._collect(ended)
+    if ended.all():
+      self.live, self._stop = None, 0
+      return finished
+    size = self.growth.size_of(state.cache["model"])
+    grow = (int(cur_index[~ended].max()) - self.growth.lag >= size and
+            size < self.full)
+    slots = min(size + self.growth.slots, self.full) if grow else size
+    self._repack(ended, slots, need)
+    return finished
+
+  def _collect(self, ended: np.ndarray) -> list:
+    """Copies the results of ended rows to their requests; the keys of the
+    requests now complete."""
+    sequences = log_probs = None
+    finished = []
+    for key, part in self.parts.items():
+      mine = (self.live.rows >= part.start) & (
+          self.live.rows < part.start + part.rows)
+      new = mine & ended
+      new[mine] &= ~part.ended[self.live.rows[mine] - part.start]
+      if new.any():
+        if sequences is None:
+          sequences = np.asarray(self.live.state.sequences)
+          log_probs = np.asarray(self.live.state.log_prob)
+        at = self.live.rows[new] - part.start
+        part.sequences[at] = sequences[new, :part.sequences.shape[1]]
+        part.log_probs[at] = log_probs[new]
+        part.ended[at] = True
+        if part.ended.all():
+          finished.append(key)
+    return finished
+
+  def _repack(self, ended, slots, need, force=False):
+    """Keeps the rows still decoding (rounded up), lays the model rows out
+    again for `need` model rows per group, and sizes the cache."""
+    c = self.compaction
+    live = self.live
+    size = self.growth.size_of(live.state.cache["model"])
+    groups = self.layout.groups
+    if self.small:
+      return
+    take = keep_rows(ended, self.pools, c.multiple, self.least_rows,
+                     c.geometric)
+    if self.share:
+      # Overflow (a step needs more model rows): twice what it needs.
+      m_new = self._per_group(2 * need if need > self.m else need)
+    else:
+      m_new = max(take.size, self.least * groups if c.pad_small
+                  else 0) // groups
+    if (not force and take.size == ended.size and slots == size and
+        m_new == self.m):
+      return
+    model_take, owner = pack_model_rows(
+        np.asarray(live.state.cache["owner"])[take], ended[take], self.pools,
+        m_new * groups // self.pools)
+    arrays = _take(live.arrays(), jnp.asarray(take, jnp.int32),
+                   jnp.asarray(model_take, jnp.int32),
+                   jnp.asarray(owner, jnp.int32), slots=slots,
+                   growth=self.growth)
+    self.live = _Live(*arrays, live.rows[take])
+    self.m, self.rows_m = m_new, m_new * groups
+
+  def end(self, key, rows=None):
+    """Ends a request's rows (all, or its row indices `rows`: a client
+    that disconnected, a stop string found): they stop drawing tokens and
+    leave at the next segment; their results so far stay."""
+    part = self.parts[key]
+    if self.live is None:
+      return
+    picked = np.arange(part.rows) if rows is None else np.asarray(rows)
+    at = np.flatnonzero(np.isin(self.live.rows, part.start + picked))
+    if at.size:
+      self.live.state = _end(self.live.state, jnp.asarray(at, jnp.int32))
+
+  def progress(self, key):
+    """(tokens so far [C, L] of a request's rows (BOS dropped, 0 after an
+    end), ended [C]): what a streaming client has been sent can be read
+    here between segments."""
+    part = self.parts[key]
+    sequences = part.sequences.copy()
+    ended = part.ended.copy()
+    if self.live is not None:
+      mine = np.flatnonzero((self.live.rows >= part.start) &
+                            (self.live.rows < part.start + part.rows))
+      live_rows = self.live.rows[mine] - part.start
+      open_ = ~ended[live_rows]
+      current = np.asarray(self.live.state.sequences)[mine]
+      sequences[live_rows[open_]] = current[open_, :sequences.shape[1]]
+    return sequences[:, 1:1 - SPARE_SLOTS], ended
+
+  def pop(self, key) -> Tuple[jax.Array, jax.Array, jax.Array]:
+    """A finished request's (tokens [B, N, L], log_probs [B, N], codes
+    [B, N]), each input's samples by increasing log-probability, as
+    `engine.run_fused` returns them; the request leaves the batch."""
+    part = self.parts.pop(key)
+    # [C, L + SPARE_SLOTS] -> [C, L]: drop BOS and the spare slots.
+    decodes = jnp.asarray(part.sequences[:, 1:1 - SPARE_SLOTS])
+    return sort_samples(decodes, jnp.asarray(part.log_probs),
+                        jnp.asarray(part.codes), part.batch,
+                        part.num_decodes)
+
+
+def _same_arrays(a, b) -> bool:
+  """The same pytree of the same array objects (a shared context)."""
+  la, lb = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
+  return (jax.tree_util.tree_structure(a) == jax.tree_util.tree_structure(b)
+          and all(x is y for x, y in zip(la, lb)))
+
+
 def run_compacted(request: DecodeRequest, layout: RowLayout,
                   compaction: Compaction = Compaction(),
                   stats: Optional[dict] = None
                   ) -> Tuple[jax.Array, jax.Array, jax.Array]:
   """The compacted scheduler: the request's samples, decoded with ended
-  rows dropped and prefixes shared.
+  rows dropped and prefixes shared (one `Compacted` batch, run to its
+  end).
 
   Args:
     request: a `DecodeRequest` whose step function takes a context
@@ -544,120 +908,11 @@ def run_compacted(request: DecodeRequest, layout: RowLayout,
     each input's samples by increasing log-probability, as
     `engine.run_fused(request)` returns them.
   """
-  if not isinstance(compaction, Compaction):
-    raise TypeError(f"compaction must be a Compaction; got "
-                    f"{type(compaction).__name__}.")
-  if not isinstance(layout, RowLayout):
-    raise TypeError(f"layout must be a RowLayout; got "
-                    f"{type(layout).__name__}.")
-  fns, options = request.fns, request.options
-  if fns.state_callback_fn is not None or fns.logit_callback_fn is not None:
-    raise ValueError("the compacted scheduler runs no callbacks (its steps "
-                     "see model rows, not sample rows): use the fused one.")
-  if options.cache_offset != 0 or request.targets is not None:
-    raise ValueError("the compacted scheduler samples, from a cache whose "
-                     "batch is at axis 0.")
-  if request.batch % layout.classes or (
-      layout.groups > 1 and layout.groups != request.batch):
-    raise ValueError(f"layout {layout} does not fit {request.batch} inputs.")
-  batch, n = request.batch, request.num_decodes
-  rows_total = batch * n
-  growth = layout.growth
-  small = rows_total < compaction.min_rows and not compaction.pad_small
-  share = compaction.share_prefixes and not small
-  groups = layout.groups
-  per_class_pools = groups % layout.classes == 0
-  pools = layout.pools if share else (groups if per_class_pools else 1)
-  spread = groups // pools if per_class_pools else 1
-  # Model rows per cross-attention group: at least min_rows in all, at most
-  # the group's sample rows (padded up to min_rows with `pad_small`).
-  least = -(-compaction.min_rows // groups)
-  cap = rows_total // groups
-  if compaction.pad_small:
-    cap = max(cap, least)
-  if share:
-    per_pool = layout.classes // pools  # classes whose samples share a pool
-    m = _round(-(-per_pool // spread), compaction.multiple, least, cap,
-               compaction.geometric)
-    rows_m = pools * spread * m
-    inputs_per_class = batch // layout.classes
-    klass = np.arange(rows_total) // n // inputs_per_class  # [C]
-    owner = (klass // per_pool) * spread * m + klass % per_pool
-    model_take = np.zeros(rows_m, np.int64)  # the first input of a pool
-    model_take[::spread * m] = np.arange(0, batch, batch // pools)
-    model_take[owner] = np.arange(rows_total) // n
-  else:
-    rows_m = rows_total if small else max(rows_total, compaction.min_rows)
-    m = rows_m // groups
-    owner = np.arange(rows_total)
-    model_take = np.minimum(np.arange(rows_m), rows_total - 1) // n
-  full = growth.size_of(request.cache)
-  start = (0 if request.initial_index is None else
-           int(np.max(np.asarray(request.initial_index))))
-  slots = (full if small else
-           min(full, -(-(start + 1 - growth.lag) // growth.slots) *
-               growth.slots))
-  state, row_ids, temperature, max_len, eos_count, codes, decode_key = _start(
-      request, jnp.asarray(owner, jnp.int32),
-      jnp.asarray(model_take, jnp.int32), options=options, slots=slots,
-      growth=growth)
-  live = _Live(state, row_ids, temperature, max_len, eos_count,
-               np.arange(rows_total))
-  sequences = np.zeros(state.sequences.shape, np.int32)
-  log_probs = np.zeros((rows_total,), np.float32)
-  least_rows = -(-compaction.min_rows // (layout.classes if share else pools))
-  counts = {"segments": 0, "row_steps": 0, "sample_row_steps": 0,
-            "segment_seconds": 0.0}
-  step = 0
-  while True:
-    done = int(live.state.step)
-    step = (np.iinfo(np.int32).max if small else
-            max(step, done) + compaction.segment_steps)
-    started = time.perf_counter()
-    state, ended, cur_index, need = _segment(
-        request.context, *live.arrays(), request.topk, request.topp,
-        decode_key, jnp.int32(step), fns=fns, options=options, pools=pools,
-        growth=growth)
-    ended, cur_index = np.asarray(ended), np.asarray(cur_index)
-    need = -(-int(np.asarray(need).max()) // spread)  # per group
-    counts["segment_seconds"] += time.perf_counter() - started
-    live.state = state
-    steps = int(state.step) - done
-    counts["segments"] += 1
-    counts["row_steps"] += rows_m * steps
-    counts["sample_row_steps"] += ended.size * steps
-    if ended.all():
+  batch = Compacted(request, layout, compaction)
+  while batch.keys():
+    batch.step()
+    if batch.live is None:
       break
-    size = growth.size_of(state.cache["model"])
-    grow = (int(cur_index[~ended].max()) - growth.lag >= size and
-            size < full)
-    slots = min(size + growth.slots, full) if grow else size
-    take = keep_rows(ended, pools, compaction.multiple, least_rows,
-                     compaction.geometric)
-    if share:
-      # Overflow (a step needs more model rows): twice what it needs.
-      m_new = _round(2 * need if need > m else need, compaction.multiple,
-                     least, cap, compaction.geometric)
-    else:
-      m_new = max(take.size, least * groups if compaction.pad_small
-                  else 0) // groups
-    if take.size == ended.size and slots == size and m_new == m:
-      continue
-    if take.size < ended.size:  # rows leave: keep their results
-      sequences[live.rows] = np.asarray(state.sequences)
-      log_probs[live.rows] = np.asarray(state.log_prob)
-    model_take, owner = pack_model_rows(
-        np.asarray(state.cache["owner"])[take], ended[take], pools,
-        m_new * groups // pools)
-    arrays = _take(live.arrays(), jnp.asarray(take, jnp.int32),
-                   jnp.asarray(model_take, jnp.int32),
-                   jnp.asarray(owner, jnp.int32), slots=slots, growth=growth)
-    live = _Live(*arrays, live.rows[take])
-    m, rows_m = m_new, m_new * groups
-  sequences[live.rows] = np.asarray(live.state.sequences)
-  log_probs[live.rows] = np.asarray(live.state.log_prob)
   if stats is not None:
-    stats.update(counts)
-  # [C, L + SPARE_SLOTS] -> [C, L]: drop BOS and the spare slots.
-  decodes = jnp.asarray(sequences[:, 1:1 - SPARE_SLOTS])
-  return sort_samples(decodes, jnp.asarray(log_probs), codes, batch, n)
+    stats.update(batch.counts)
+  return batch.pop(0)

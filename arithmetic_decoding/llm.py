@@ -303,8 +303,12 @@ def llm_request(llm: "LLM", ids: Sequence[Sequence[int]],
       tokens_to_logits=llm.model.row_step(n),
       context={"params": params, "rows": {}},
       eos_id=tuple(dict.fromkeys(llm.stop_ids + sampling.stop_ids)),
-      key=jax.random.PRNGKey(sampling.seed), num_decodes=n,
-      temperature=sampling.temperature, topk=sampling.topk,
+      # The seed reaches each row through its code and noise id (`seeds`);
+      # one decode key and per-row temperatures for every request, so
+      # requests may share a running batch (`compaction.Compacted.join`).
+      key=jax.random.PRNGKey(0), num_decodes=n,
+      temperature=jnp.full((batch,), sampling.temperature, jnp.float32),
+      topk=sampling.topk,
       topp=sampling.topp, codes=codes if arithmetic else None,
       code_scheme=sampling.code_scheme,
       code_resolution=sampling.resolution, row_ids=row_ids,

@@ -17,7 +17,7 @@ batch, at any load:
                               the float32 bits of its code (arithmetic
                               sampling: the same code, the same sample) or of
                               j (the other methods)          (`noise_ids`)
-  key of sample j at a step   fold_in(fold_in(split(PRNGKey(seed))[1], noise
+  key of sample j at a step   fold_in(fold_in(split(PRNGKey(0))[1], noise
                               id), position written)   (`choosers.Noise.
                               POSITION`: arithmetic sampling's fresh
                               uniforms once a code is spent; ancestral

@@ -268,8 +268,8 @@ def test_monotone_lower_ends_never_decrease(vocab):
   assert np.all(np.abs(total - exact[:, -1]) <= 1e-6 * scale[:, 0])
 
 
-def test_shared_logits_need_a_scalar_temperature():
+def test_shared_logits_need_a_temperature_per_shared_row():
   from arithmetic_decoding.choosers import Arithmetic, Distribution
-  with pytest.raises(ValueError, match="scalar temperature"):
+  with pytest.raises(ValueError, match=r"temperature of shape \[\] or \[P\]"):
     Arithmetic().choose_rows(jnp.zeros((2, 5)), jnp.zeros(3, jnp.int32),
                              None, None, Distribution(jnp.ones(3), 0, 0.0))

@@ -208,3 +208,37 @@ def test_schedulers_run_the_request_they_are_given(path):
   # No loop of their own: the loop is `loop`'s.
   assert "while_loop" not in code and "loop_fns" not in code
   assert "protected-access" not in code
+
+
+def test_requests_that_join_a_running_batch_sample_what_they_would_alone(
+    tiny):
+  """Continuous batching: a request joining a batch after its first
+  segments, another with other settings, both equal their runs alone."""
+  from arithmetic_decoding.compaction import Compacted
+  llm = tiny["llama"]
+  first = SamplingParams(n=16, temperature=1.0, max_new_tokens=12, seed=1)
+  second = SamplingParams(n=4, method="ancestral", temperature=0.7,
+                          max_new_tokens=6, seed=9)
+  ids = _ids(llm, PROMPTS["llama"])
+  alone = [llm_lib.decode(llm, ids[:2], first),
+           llm_lib.decode(llm, ids[2:], second)]
+  request, layout = llm_lib.llm_request(llm, ids[:2], first)
+  joined = llm_lib.llm_request(llm, ids[2:], second)[0]
+  with pytest.raises(ValueError, match="another program"):
+    Compacted(request, layout, llm_lib.LLM_COMPACTION).join("b", joined)
+  late = llm_lib.llm_request(
+      llm, ids[2:], dataclasses.replace(second, method="arithmetic"))[0]
+  alone[1] = llm_lib.decode(llm, ids[2:], dataclasses.replace(
+      second, method="arithmetic"))
+  batch = Compacted(request, layout, llm_lib.LLM_COMPACTION, key="a")
+  results = {}
+  for segment in range(100):
+    if segment == 1:
+      batch.join("b", late)
+    for key in batch.step():
+      results[key] = [np.asarray(x) for x in batch.pop(key)]
+    if not batch.keys():
+      break
+  for key, want in zip("ab", alone):
+    for got, ref in zip(results[key], want):
+      np.testing.assert_array_equal(got, ref)
