@@ -52,7 +52,7 @@ import numpy as np
 
 from arithmetic_decoding import seeds, validation
 from arithmetic_decoding.beam_search import beam_search
-from arithmetic_decoding.choosers import Noise
+from arithmetic_decoding.choosers import Distribution, Noise
 from arithmetic_decoding.compaction import Compaction, RowLayout, run_compacted
 from arithmetic_decoding.engine import Scheduler, run_fused
 from arithmetic_decoding.loop import resize_cache
@@ -369,6 +369,71 @@ def decode(llm: "LLM", ids: Sequence[Sequence[int]], sampling: SamplingParams,
   else:
     out = run_compacted(request, layout, compaction, stats)
   return tuple(np.asarray(x) for x in out)
+
+
+@functools.partial(jax.jit, static_argnames=("model", "topk", "topp", "top"))
+def _scores(params, sequences, temperature, *, model, topk, topp, top):
+  """sequences int32 [R, S] -> (float32 [R, S]: the log-prob of token s
+  given tokens < s under the sampling distribution, 0 for s = 0; and the
+  `top` most likely tokens at each position, int32 [R, S, top], with their
+  log-probs [R, S, top])."""
+  logits = model.logits(params, sequences).astype(jnp.float32)  # [R, S, V]
+  rows, length, vocab = logits.shape
+  dist = Distribution(temperature, topk, topp)
+  flat = dist.transform(logits[:, :-1].reshape(-1, vocab))  # [R*(S-1), V]
+  logp = jax.nn.log_softmax(flat, axis=-1)
+  picked = jnp.take_along_axis(logp, sequences[:, 1:].reshape(-1, 1), axis=-1)
+  picked = jnp.pad(picked.reshape(rows, length - 1), ((0, 0), (1, 0)))
+  best, which = jax.lax.top_k(logp, top)  # [R*(S-1), top]
+  pad = lambda x: jnp.pad(x.reshape(rows, length - 1, top),
+                          ((0, 0), (1, 0), (0, 0)))
+  return picked, pad(which), pad(best)
+
+
+def token_log_probs(llm: "LLM", prompt: Sequence[int],
+                    completions: Sequence[Sequence[int]],
+                    sampling: SamplingParams, *, top: int = 0,
+                    row_block: int = 16, params=None, device=None):
+  """Each token's log-probability under the sampling distribution
+  (temperature, top-k / top-p applied) given the prompt and the tokens
+  before it, by one teacher-forced pass.
+
+  The completions run in blocks of `row_block` rows (the last block padded
+  with copies), each at the width of the prompt plus `max_new_tokens`
+  rounded up to `PROMPT_BUCKET`: a completion's log-probs do not depend on
+  how many completions are scored with it.
+
+  Returns:
+    a list, per completion, of float32 [T] log-probs (T its length), and,
+    with `top` > 0, of the `top` most likely tokens at each of its
+    positions (int32 [T, top]) and their log-probs (float32 [T, top]);
+    else None for both.
+  """
+  params = llm.params if params is None else params
+  if device is not None:
+    params = jax.device_put(params, device)
+  steps = sampling.max_new_tokens
+  width = -(-(len(prompt) + steps) // PROMPT_BUCKET) * PROMPT_BUCKET
+  logps, alts, alt_logps = [], [], []
+  for start in range(0, len(completions), row_block):
+    block = list(completions[start:start + row_block])
+    block += [block[0]] * (row_block - len(block))
+    seqs = np.zeros((row_block, width), np.int32)
+    for r, tokens in enumerate(block):
+      seqs[r, :len(prompt)] = prompt
+      seqs[r, len(prompt):len(prompt) + len(tokens)] = tokens[:steps]
+    picked, which, best = (np.asarray(x) for x in _scores(
+        params, jax.device_put(seqs, device),
+        jax.device_put(jnp.float32(sampling.temperature), device),
+        model=llm.model, topk=sampling.topk, topp=sampling.topp,
+        top=max(top, 1)))
+    n = len(prompt)
+    for r, tokens in enumerate(completions[start:start + row_block]):
+      t = min(len(tokens), steps)
+      logps.append(picked[r, n:n + t])
+      alts.append(which[r, n:n + t, :top])
+      alt_logps.append(best[r, n:n + t, :top])
+  return logps, (alts if top else None), (alt_logps if top else None)
 
 
 def generate(llm: LLM, prompts: Union[str, Sequence[str]], num_samples: int,

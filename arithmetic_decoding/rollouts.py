@@ -42,15 +42,12 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-import functools
 from typing import Any, List, Optional, Sequence, Union
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from arithmetic_decoding import seeds, validation
-from arithmetic_decoding.choosers import Distribution
 from arithmetic_decoding.codes import CodeScheme, SchemeLike
 from arithmetic_decoding.methods import Method
 from arithmetic_decoding.request import SamplingParams
@@ -112,20 +109,6 @@ def group_advantages(rewards, normalize: bool = True,
   if not normalize:
     return centred
   return centred / (r.std(axis=1, keepdims=True) + eps)
-
-
-@functools.partial(jax.jit, static_argnames=("model", "topk", "topp"))
-def _token_log_probs(params, sequences, temperature, *, model, topk, topp):
-  """sequences int32 [R, S] -> float32 [R, S]: the log-prob of token s
-  given tokens < s under the sampling distribution (0 for s = 0)."""
-  logits = model.logits(params, sequences).astype(jnp.float32)  # [R, S, V]
-  rows, length, vocab = logits.shape
-  dist = Distribution(temperature, topk, topp)
-  flat = dist.transform(logits[:, :-1].reshape(-1, vocab))  # [R*(S-1), V]
-  logp = jax.nn.log_softmax(flat, axis=-1)
-  picked = jnp.take_along_axis(logp, sequences[:, 1:].reshape(-1, 1), axis=-1)
-  picked = picked.reshape(rows, length - 1)
-  return jnp.pad(picked, ((0, 0), (1, 0)))
 
 
 def _in_order(out_codes: np.ndarray, codes: np.ndarray) -> np.ndarray:
@@ -229,25 +212,16 @@ def group_rollouts(llm, prompts: Union[str, Sequence[str]], group_size: int,
 
   logps = None
   if token_log_probs:
-    scored = []
+    logps = np.zeros((len(texts), g, steps), np.float32)
     for part, device in zip(parts, devices):
       for b in part:
-        prompt = ids_all[b]
-        length = -(-(len(prompt) + steps) // llm_lib.PROMPT_BUCKET)
-        for start in range(0, g, rows):
-          block = np.arange(start, min(g, start + rows))
-          fill = np.concatenate([block, np.full(rows - block.size, block[0])])
-          seqs = np.zeros((rows, length * llm_lib.PROMPT_BUCKET), np.int32)
-          seqs[:, :len(prompt)] = prompt
-          seqs[:, len(prompt):len(prompt) + steps] = tokens[b, fill]
-          scored.append((b, block, len(prompt), _token_log_probs(
-              params_on[device], jax.device_put(seqs, device),
-              jax.device_put(jnp.float32(sampling.temperature), device),
-              model=llm.model, topk=sampling.topk, topp=sampling.topp)))
-    logps = np.zeros((len(texts), g, steps), np.float32)
-    for b, block, n, lp in scored:
-      new = np.asarray(lp)[:block.size, n:n + steps]
-      logps[b, block] = np.where(mask[b, block], new, 0.0)
+        completions = [tokens[b, j, :int(mask[b, j].sum())].tolist()
+                       for j in range(g)]
+        scored = llm_lib.token_log_probs(
+            llm, ids_all[b], completions, sampling, row_block=rows,
+            params=params_on[device], device=device)[0]
+        for j, lp in enumerate(scored):
+          logps[b, j, :lp.size] = lp
   return Rollouts(prompt_ids=ids, codes=codes, tokens=tokens, mask=mask,
                   token_log_probs=logps, log_probs=totals, texts=out_texts,
                   finished=finished)
