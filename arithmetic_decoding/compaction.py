@@ -863,13 +863,20 @@ noise is its own), and the model computes each row by itself
       sequences[live_rows[open_]] = current[open_, :sequences.shape[1]]
     return sequences[:, 1:1 - SPARE_SLOTS], ended
 
-  def pop(self, key) -> Tuple[jax.Array, jax.Array, jax.Array]:
+  def pop(self, key, sort: bool = True
+          ) -> Tuple[jax.Array, jax.Array, jax.Array]:
     """A finished request's (tokens [B, N, L], log_probs [B, N], codes
     [B, N]), each input's samples by increasing log-probability, as
-    `engine.run_fused` returns them; the request leaves the batch."""
+    `engine.run_fused` returns them (or in sample order j, not `sort`);
+    the request leaves the batch."""
     part = self.parts.pop(key)
     # [C, L + SPARE_SLOTS] -> [C, L]: drop BOS and the spare slots.
     decodes = jnp.asarray(part.sequences[:, 1:1 - SPARE_SLOTS])
+    if not sort:  # [C, ...] -> [B, N, ...]
+      shape = (part.batch, part.num_decodes)
+      return (decodes.reshape(shape + decodes.shape[-1:]),
+              jnp.asarray(part.log_probs).reshape(shape),
+              jnp.asarray(part.codes).reshape(shape))
     return sort_samples(decodes, jnp.asarray(part.log_probs),
                         jnp.asarray(part.codes), part.batch,
                         part.num_decodes)
