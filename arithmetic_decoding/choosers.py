@@ -408,7 +408,8 @@ def choose_token(chooser: Chooser, raw: jax.Array, state: SamplingLoopState,
   """`chooser`'s choice, or its greedy form where temperature <= 1e-4.
 
   A scalar temperature runs one branch (`lax.cond`, as T5X does); a per-row
-  temperature computes both and selects per row.
+  temperature runs one branch when all rows agree, else both, selected per
+  row.
   """
 
   def sample():
@@ -421,5 +422,12 @@ def choose_token(chooser: Chooser, raw: jax.Array, state: SamplingLoopState,
   if not per_row_temperature:
     return lax.cond(dist.temperature > MIN_TEMPERATURE, sample, greedy)
   is_greedy = dist.temperature <= MIN_TEMPERATURE  # [R]
-  return jax.tree_util.tree_map(lambda g, s: jnp.where(is_greedy, g, s),
-                                greedy(), sample())
+
+  def mixed():
+    return jax.tree_util.tree_map(lambda g, s: jnp.where(is_greedy, g, s),
+                                  greedy(), sample())
+
+  # Both branches only when the rows disagree (the same choices per row).
+  which = jnp.where(jnp.all(is_greedy), 1, jnp.where(jnp.any(is_greedy), 2,
+                                                     0))
+  return lax.switch(which, [sample, greedy, mixed])
