@@ -189,3 +189,19 @@ def test_bad_files_and_arguments(tmp_path, llms, files):
   with pytest.raises(ValueError, match="codes"):
     generate(llm, ["he"], 2, method="ancestral", codes=np.zeros((1, 2)),
              max_new_tokens=4)
+
+
+def test_llm_sample_reports_bad_input_in_one_line(tmp_path, files, capsys):
+  from arithmetic_apps import llm_sample
+  text = tmp_path / "notes.gguf"
+  text.write_bytes(b"not a model")
+  good = str(files["llama"][0])
+  for argv, words in [
+      (["--gguf", str(text), "--prompt", "he"], "not a GGUF file"),
+      (["--gguf", good, "--prompt", "he", "-n", "0"], "num_samples"),
+      (["--gguf", good, "--prompt", "he", "--temperature", "-1",
+        "--max_new_tokens", "4"], "temperature")]:
+    assert llm_sample.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("llm_sample: error:") and words in err
+    assert "\n" not in err and "Traceback" not in err

@@ -19,19 +19,22 @@ ancestral completions of one chat prompt side by side, with each
 arithmetic sample's code and the distinct counts (`--llm none` skips it).
 
   python -m arithmetic_apps.demo [--num_decodes 8] [--temperature 0.5]
-      [--verses 4] [--text "The Lord is my shepherd."]
+      [--verses 4] [--text "The Lord is my shepherd."] [--json]
+
+`--json` prints one JSON object with every result instead of the report.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from tqdm import tqdm
 
 from arithmetic_decoding import CodeScheme, Method, arithmetic_sample
 from arithmetic_apps.metrics import ngram_diversity, sentence_bleu
@@ -139,7 +142,7 @@ def toy_part(args) -> dict:
   print(f"Part 2: the toy model (vocabulary {WORDS[2:]}), whose sequences "
         f"can be enumerated.\nEstimating the mean decoded length of prompt 0 "
         f"from {n} samples, {reps} times (exact value {exact:.4f}):")
-  for name, scheme in tqdm(CODE_SETS.items(), desc="estimates", file=sys.stderr):
+  for name, scheme in CODE_SETS.items():  # a line each, as it is done
     decodes, _ = decode([0] * reps, n, args.toy_temperature, scheme,
                         args.seed + 1)
     estimates = decoded_length(np.asarray(decodes)).mean(axis=1)
@@ -147,7 +150,7 @@ def toy_part(args) -> dict:
     report[name] = {"mean": float(estimates.mean()), "std": float(estimates.std()),
                     "mean_distinct": float(distinct)}
     print(f"  {name:<30} mean {estimates.mean():.4f}  std {estimates.std():.4f}  "
-          f"distinct samples {distinct:.2f}/{n}")
+          f"distinct samples {distinct:.2f}/{n}", flush=True)
   ratio = (report["arithmetic (shifted lattice)"]["std"] /
            report["ancestral (iid codes)"]["std"])
   print(f"\nstd ratio arithmetic / ancestral: {ratio:.2f}")
@@ -204,13 +207,19 @@ def main(argv=None) -> int:
   parser.add_argument("--llm_samples", type=int, default=8)
   parser.add_argument("--llm_temperature", type=float, default=0.7)
   parser.add_argument("--llm_tokens", type=int, default=24)
+  parser.add_argument("--json", action="store_true",
+                      help="print one JSON object with every result instead "
+                      "of the readable report")
   args = parser.parse_args(argv)
-  report = {"translation": translation_part(args)}
-  if args.text is None:
-    report["toy"] = toy_part(args)
-    if args.llm != "none":
-      report["llm"] = llm_part(args)
-  print(json.dumps(report))
+  readable = open(os.devnull, "w") if args.json else sys.stdout
+  with contextlib.redirect_stdout(readable):
+    report = {"translation": translation_part(args)}
+    if args.text is None:
+      report["toy"] = toy_part(args)
+      if args.llm != "none":
+        report["llm"] = llm_part(args)
+  if args.json:
+    print(json.dumps(report))
   return 0
 
 

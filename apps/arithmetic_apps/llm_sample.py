@@ -28,7 +28,9 @@ def parse(argv=None):
   p.add_argument("--prompt", required=True)
   p.add_argument("-n", "--num_samples", type=int, default=8)
   p.add_argument("--model", default="smollm2-135m", choices=sorted(llms.MODELS))
-  p.add_argument("--gguf", default=None, help="a GGUF file instead of --model")
+  p.add_argument("--gguf", default=None,
+                 help="a GGUF file (or a Hugging Face model folder) instead "
+                 "of --model")
   p.add_argument("--method", default="arithmetic",
                  choices=[m.value for m in Method])
   p.add_argument("--temperature", type=float, default=1.0)
@@ -44,14 +46,19 @@ def parse(argv=None):
 
 def main(argv=None) -> int:
   args = parse(argv)
-  llm = (LLM.from_gguf(args.gguf, dtype=args.dtype) if args.gguf else
-         llms.load(args.model, args.dtype))
-  chat = not args.no_chat and bool(llm.vocab.chat_template)
-  start = time.time()
-  out = generate(llm, [args.prompt], args.num_samples, method=args.method,
-                 temperature=args.temperature, seed=args.seed,
-                 max_new_tokens=args.max_new_tokens, topk=args.topk,
-                 topp=args.topp, chat=chat)
+  try:
+    llm = (LLM.load(args.gguf, dtype=args.dtype) if args.gguf else
+           llms.load(args.model, args.dtype))
+    chat = not args.no_chat and bool(llm.vocab.chat_template)
+    start = time.time()
+    out = generate(llm, [args.prompt], args.num_samples, method=args.method,
+                   temperature=args.temperature, seed=args.seed,
+                   max_new_tokens=args.max_new_tokens, topk=args.topk,
+                   topp=args.topp, chat=chat)
+  except (ValueError, TypeError, FileNotFoundError) as e:
+    # Bad input: one line naming what is wrong, no traceback.
+    print(f"llm_sample: error: {e}", file=sys.stderr)
+    return 2
   seconds = time.time() - start
   texts, tokens = out.texts[0], out.tokens[0]
   distinct = out.distinct()[0]
