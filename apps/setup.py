@@ -2,8 +2,10 @@
 
 What sits on top of the library `arithmetic-decoding`: the embedded
 English->French model with its data and training, the paper's experiments,
-the Figure 5 study and its Cloud TPU launcher, the demo, the
-OpenAI-compatible sampling server, metrics and TPU topologies. Installed editable from a checkout (`pip install -e ./apps`):
+the Figure 5 study and its Cloud TPU launcher, the registered LLMs and the
+sampling command, the OpenAI-compatible sampling server, the sandbox for
+model-written code and the verifiable tasks (HumanEval, word problems)
+with their estimators, the demo, metrics and TPU topologies. Installed editable from a checkout (`pip install -e ./apps`):
 the study reads `tpu_configs/` at the top of the repository.
 """
 
@@ -26,7 +28,8 @@ setuptools.setup(
     name="arithmetic-apps",
     version="0.1.0",
     description="Applications of arithmetic-decoding: translation, the "
-                "paper's experiments, the Figure 5 study, the demo.",
+                "paper's experiments, the Figure 5 study, LLM sampling, the "
+                "sampling server, pass@k, the demo.",
     license="Apache-2.0",
     python_requires=">=3.11",
     packages=setuptools.find_packages(

@@ -322,9 +322,9 @@ class Ancestral(Chooser):
       (`ancestral.categorical_rows`): the same tokens, bit for bit, at a
       fraction of the cost where the distribution is peaked. It pools the
       candidates of all rows of the step, so under an automatic (GSPMD)
-      partitioning of the rows it would add collectives. Turn it on where
-      a step's rows are on one device (`compaction.sample_compacted`
-      does; so could each shard of a `shard_map`).
+      partitioning of the rows it would add collectives. A scheduler whose
+      step's rows are on one device turns it on (`on_one_device`: the
+      compacted scheduler does; so could each shard of a `shard_map`).
   """
 
   pruned: bool = False
