@@ -20,7 +20,7 @@ VENV_T5X := .venv-t5x
 PY_T5X := $(VENV_T5X)/bin/python
 T5X_WHEELS := ../shared/t5x
 
-.PHONY: demo serve test test-fast check-results test-t5x test-llm bench experiments clean sandbox-tools
+.PHONY: bench-peer-env demo serve test test-fast check-results test-t5x test-llm bench experiments clean sandbox-tools
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -116,6 +116,13 @@ test-t5x: $(VENV_T5X)/.installed
 test-llm: $(VENV)/.llm-runtime-installed
 	REQUIRE_LLM_RUNTIME=1 $(PY) -m pytest -q -rs -p no:cacheprovider \
 	  tests/integration_llm
+
+# llama.cpp (llama-cpp-python, compiled from source here) in an environment
+# of its own: the peer of scripts/bench_server.py --peer and
+# scripts/bench_llm_engine.py --peer. Never in CI.
+bench-peer-env:
+	test -x .venv-llamacpp/bin/python || $(PYTHON) -m venv .venv-llamacpp
+	.venv-llamacpp/bin/pip install --quiet 'llama-cpp-python[server]' numpy
 
 bench: $(VENV)/.test-installed
 	$(PY) scripts/bench_sampler.py
