@@ -28,6 +28,14 @@ temperature once timed.
   scheduler's count (`stats["row_steps"]`).
 * peak memory: the resident set's peak of the process that ran one model's
   configurations (each model and checkout in its own process).
+* peer (--peer): llama.cpp on the same prompts (our tokenizer's ids, chat
+  template applied), N samples each by its batched decoding
+  (`scripts/llamacpp_peer.py` in .venv-llamacpp: `make bench-peer-env`),
+  2 threads, the same temperature and token limit, once warm-up and once
+  timed per configuration (arithmetic sampling has no llama.cpp
+  counterpart: one record per (N, T)). Twice: on the GGUF file as pip
+  ships it (quantized: Q4_1 for SmolLM2, Q4_K_M for Gemma 3), and on a
+  float32 copy of it (the weights we compute with: the same precision).
 
 Records are appended to --out as they finish (one per checkout, model and
 configuration) and a rerun skips those present, so a killed run resumes.
@@ -126,6 +134,74 @@ def worker(args) -> None:
         print(json.dumps(record), flush=True)
 
 
+def f32_copy(src: str, dst: str) -> None:
+  """A GGUF file with every tensor of `src` dequantized to float32 and the
+  same metadata (file type: all F32)."""
+  import gguf  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  reader = gguf.GGUFReader(src)
+  arch = reader.fields["general.architecture"].contents()
+  writer = gguf.GGUFWriter(dst, arch)
+  for name, field in reader.fields.items():
+    if name.startswith("GGUF.") or name == "general.architecture":
+      continue
+    value = field.contents()
+    if name == "general.file_type":
+      value = int(gguf.LlamaFileType.ALL_F32)
+    kind = field.types[0]
+    sub = field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None
+    writer.add_key_value(name, value, kind, sub_type=sub)
+  for t in reader.tensors:
+    writer.add_tensor(t.name, np.asarray(gguf.quants.dequantize(
+        t.data, t.tensor_type), np.float32))
+  writer.write_header_to_file()
+  writer.write_kv_data_to_file()
+  writer.write_tensors_to_file()
+  writer.close()
+
+
+def peer(args) -> None:
+  """llama.cpp records (see the module docstring), appended to args.out."""
+  from arithmetic_apps import llms  # pylint: disable=g-import-not-at-top
+  from arithmetic_decoding import llm as llm_lib  # pylint: disable=g-import-not-at-top
+  python = ROOT / ".venv-llamacpp" / "bin" / "python"
+  if not python.exists():
+    raise SystemExit(f"--peer needs {python} (make bench-peer-env)")
+  done = _done(args.out)
+  with tempfile.TemporaryDirectory() as tmp:
+    for model in args.models:
+      llm = llms.load(model, verbose=False)
+      ids = llm_lib.prepare_prompts(llm, PROMPTS, 64, True)[1]
+      quantized = llms.gguf_path(model)
+      full = os.path.join(tmp, f"{model}-f32.gguf")
+      for label, path in (("quantized", quantized), ("float32", full)):
+        for n in args.n:
+          for temperature in args.temperatures:
+            record = dict(version=f"llama.cpp {label}", commit="peer",
+                          model=model, n=n, temperature=temperature,
+                          method="ancestral")
+            if _key(record) in done:
+              continue
+            if path == full and not os.path.exists(full):
+              f32_copy(quantized, full)
+            job = os.path.join(tmp, "job.json")
+            json.dump(dict(gguf=path, prompts=ids, n=n,
+                           temperature=temperature, max_new_tokens=64,
+                           threads=2, seed=0), open(job, "w"))
+            out = [json.loads(subprocess.run(
+                [str(python), str(ROOT / "scripts" / "llamacpp_peer.py"),
+                 job], capture_output=True, text=True,
+                check=True).stdout.strip().splitlines()[-1])
+                   for _ in range(2)][-1]  # warm-up, then timed
+            record.update(prompts=len(PROMPTS), max_new_tokens=64,
+                          seconds=out["seconds"], tokens=out["tokens"],
+                          tokens_per_second=out["tokens_per_second"],
+                          host=_cpu())
+            with open(args.out, "a") as f:
+              f.write(json.dumps(record) + "\n")
+            print(json.dumps(record), flush=True)
+
+
 def _done(path) -> set:
   if not os.path.exists(path):
     return set()
@@ -204,6 +280,8 @@ def main(argv=None):
                       default=[0.4, 0.8, 1.0])
   parser.add_argument("--out", default=str(OUT))
   parser.add_argument("--report_only", action="store_true")
+  parser.add_argument("--peer", action="store_true",
+                      help="also llama.cpp on the same workload")
   parser.add_argument("--worker", action="store_true")
   parser.add_argument("--version")
   parser.add_argument("--commit")
@@ -230,6 +308,8 @@ def main(argv=None):
       for tree in checkouts:
         subprocess.run(["git", "worktree", "remove", "--force", str(tree)],
                        cwd=ROOT, check=False)
+  if args.peer and not args.report_only:
+    peer(args)
   report = summary(args.out, commits)
   print(f"{'model':14} {'N':>3} {'T':>4} {'method':10} {'before':>8} "
         f"{'after':>8} {'x':>6} {'rs/tok b':>8} {'rs/tok a':>8}")
