@@ -48,7 +48,12 @@ setuptools.setup(
         # The real TPU compiler (libtpu, ~700 MB) for the Figure 5 study's
         # ahead-of-time compiles; no TPU needed.
         "tpu": ["jax[tpu]", "tqdm>=4.60", "matplotlib>=3.7"],
+        # The tests see the compilers' last bits (XLA:CPU's kernels, libtpu's
+        # buffer assignment): the versions they were checked with, pinned.
         "test": _TRANSLATION + _PASSK + _SERVE + [
+            "jax==0.10.2",
+            "jaxlib==0.10.2",
+            "libtpu==0.0.42.1",
             "openai>=1.30",
             "pytest>=7",
             "pytest-xdist>=3",

@@ -185,7 +185,7 @@ def plots(records, summary, out: pathlib.Path) -> None:
 
 
 def verify(path: pathlib.Path, budget, seed: int, kinds=None,
-           only=None, fresh_path=None) -> dict:
+           only=None, fresh_path=None, translator=None) -> dict:
   """Recomputes the runs recorded in `path` (those of `kinds` and in `only`,
   or all) with this checkout's code and compares each record with the
   committed one, exactly: every per-verse statistic and estimate is a
@@ -195,7 +195,7 @@ def verify(path: pathlib.Path, budget, seed: int, kinds=None,
   from arithmetic_apps import jsonl  # pylint: disable=g-import-not-at-top
   from arithmetic_apps.translation.translate import Translator  # pylint: disable=g-import-not-at-top
   committed = jsonl.load(str(path), key=key_of)
-  translator = Translator.load()
+  translator = translator or Translator.load()
   runs = [r for r in plan(budget) if r in committed and
           (kinds is None or r[0] in kinds) and (only is None or r in only)]
   differ = []

@@ -726,14 +726,17 @@ def test_the_wire_refuses_what_encode_would_not_write():
 # --- The pool, arguments --------------------------------------------------
 
 
+@pytest.mark.slow
 @needs_sandbox
 def test_pool_runs_two_at_a_time_and_keeps_order():
-  # The first program sleeps 1.5 s, the second 0.1 s: with two slots the
-  # second finishes first; outcomes still come back in order.
-  sources = ["import time\ntime.sleep(1.5)\nprint(0)\n",
+  # The first program sleeps 10 s, the second none: with two slots the
+  # second finishes first (a margin of 10 s against a start-up of about
+  # 0.1 s); outcomes still come back in order.
+  sources = ["import time\ntime.sleep(10)\nprint(0)\n",
              "import time\ntime.sleep(0.1)\nprint(1)\n", "raise SystemExit(3)\n"]
   finished = []
-  outcomes = sandbox.pool_map(lambda s, slot: run_python(s, LIMITS, slot),
+  limits = _limits(wall_seconds=30)
+  outcomes = sandbox.pool_map(lambda s, slot: run_python(s, limits, slot),
                               sources, workers=2, first_slot=SLOT,
                               progress=lambda i, o: finished.append(i))
   assert [(o.status, o.exit_code, o.output) for o in outcomes] == [
