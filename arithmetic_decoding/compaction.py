@@ -60,7 +60,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 import time
 from typing import Optional, Tuple
 

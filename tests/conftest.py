@@ -2,16 +2,32 @@
 
 * Implicit rank promotion is an error (as in nanodo's tests): shape bugs that
   broadcasting would hide fail loudly.
-* Hypothesis profiles: `ci` (CI=true) runs the property tests at full size
-  (5,000 examples); `dev` (the default) at 400; `fast` (`make test-fast`)
-  at 25.
+* Hypothesis profiles: `ci` (CI=true) runs the property tests at 1,000
+  examples; `dev` (the default) at 400; `fast` (`make test-fast`) at 25.
+  (Derandomized: each profile runs the same examples every time.)
 * JAX runs on the CPU (JAX_PLATFORMS=cpu unless set): with libtpu installed
   for the AOT tests, jax would otherwise probe for TPU chips first.
+* One run shares JAX's persistent compilation cache: a program that takes
+  more than half a second to compile is compiled once per run, whichever
+  pytest worker or subprocess needs it first (the directory is made by the
+  process that starts the run, inherited by its workers through the
+  environment, and removed at its end).
 """
 
+import atexit
 import os
+import shutil
+import tempfile
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+if "ARITHMETIC_TEST_JAX_CACHE" not in os.environ:
+  os.environ["ARITHMETIC_TEST_JAX_CACHE"] = tempfile.mkdtemp(
+      prefix="arithmetic-jax-cache-")
+  atexit.register(shutil.rmtree, os.environ["ARITHMETIC_TEST_JAX_CACHE"],
+                  ignore_errors=True)
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
+                      os.environ["ARITHMETIC_TEST_JAX_CACHE"])
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
 
 import jax  # noqa: E402
 import pytest
@@ -22,7 +38,7 @@ from arithmetic_apps import programs
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
 settings.register_profile(
-    "ci", max_examples=5_000, deadline=None, derandomize=True,
+    "ci", max_examples=1_000, deadline=None, derandomize=True,
     suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile(
     "dev", max_examples=400, deadline=None, derandomize=True,

@@ -91,6 +91,7 @@ def _case(rng, rows, vocab, scale, kind):
 KINDS = ("plain", "neg_inf", "ties", "one_hot", "irregular", "all_neg_inf_row")
 
 
+@pytest.mark.slow
 def test_equals_jax_random_categorical_on_every_branch():
   rng = np.random.default_rng(0)
   branches = set()
@@ -119,6 +120,7 @@ _pruned_shared = jax.jit(lambda keys, x, rows: categorical_rows(
     keys, x, rows=rows))
 
 
+@pytest.mark.slow
 def test_rows_sharing_logits_draw_what_their_own_copies_draw():
   """With `rows`, row r draws from logits[rows[r]] with its own key:
   `jax.random.categorical` on the gathered logits, bit for bit, on every
@@ -152,6 +154,7 @@ def test_large_rows_at_the_translators_shape():
     np.testing.assert_array_equal(_pruned(keys, x), _reference(keys, x))
 
 
+@pytest.mark.slow
 def test_typed_keys_and_settings_that_rule_pruning_out():
   rng = np.random.default_rng(2)
   x = jnp.asarray(rng.standard_normal((8, 300)).astype(np.float32) * 20)

@@ -27,7 +27,6 @@ WORKER = ROOT / "tests" / "multidevice_worker.py"
 # mT5-small at temperature 0.2 (see above).
 CROSS_KV_CASES = [("tiny", (1, 1), 2, 16, 10, 1.0),
                   ("tiny", (8, 1), 8, 16, 10, 1.0),
-                  ("tiny", (8, 1), 2, 16, 10, 1.0),
                   ("tiny", (8, 1), 4, 6, 10, 1.0),
                   ("tiny", (2, 4), 2, 16, 10, 1.0),
                   ("tiny", (1, 8), 2, 16, 10, 1.0),

@@ -48,12 +48,18 @@ def tiny(tmp_path_factory):
           for arch in sorted(TINY)}
 
 
+def _one_fast(values, fast):
+  """Parameters: `fast` in the fast tier, the others slow."""
+  return [v if v == fast else pytest.param(v, marks=pytest.mark.slow)
+          for v in values]
+
+
 def _ids(llm, texts):
   return [llm.encode(t) for t in texts]
 
 
-@pytest.mark.parametrize("arch", sorted(TINY))
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("arch", _one_fast(sorted(TINY), "llama"))
+@pytest.mark.parametrize("method", _one_fast(METHODS, "arithmetic"))
 def test_fused_and_compacted_schedulers_agree(tiny, arch, method):
   """4 prompts x 16 samples (64 rows): every token and log-prob equal."""
   llm = tiny[arch]
@@ -74,8 +80,8 @@ def test_fused_and_compacted_schedulers_agree(tiny, arch, method):
     assert stats["row_steps"] <= 64 * steps
 
 
-@pytest.mark.parametrize("arch", sorted(TINY))
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("arch", _one_fast(sorted(TINY), "llama"))
+@pytest.mark.parametrize("method", _one_fast(METHODS, "ancestral"))
 def test_a_prompt_samples_the_same_alone_and_in_any_batch(tiny, arch,
                                                           method):
   llm = tiny[arch]
@@ -93,6 +99,7 @@ def test_a_prompt_samples_the_same_alone_and_in_any_batch(tiny, arch,
     assert moved.tokens[0] != alone.tokens[0]
 
 
+@pytest.mark.slow
 def test_generate_and_rollouts_share_the_seed_policy(tiny):
   llm = tiny["llama"]
   for scheme in ("shifted_lattice", "iid"):

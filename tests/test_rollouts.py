@@ -71,7 +71,8 @@ def test_codes_are_per_prompt_lattices_and_prefixes():
     group_codes(0, 0, [1], 4, "lattice")  # not random: biased
 
 
-@pytest.mark.parametrize("arch", sorted(TINY))
+@pytest.mark.parametrize("arch", [
+    "llama", pytest.param("gemma3", marks=pytest.mark.slow)])
 def test_a_sample_does_not_depend_on_its_batch(tiny, arch):
   llm = tiny[arch][0]
   a, other, short = (("hehe he", "h", "he eh hehe ehe h") if arch == "llama"
@@ -98,7 +99,8 @@ def test_a_sample_does_not_depend_on_its_batch(tiny, arch):
   assert not np.array_equal(moved.tokens, alone.tokens)
 
 
-@pytest.mark.parametrize("scheme", ["shifted_lattice", "iid"])
+@pytest.mark.parametrize("scheme", [
+    "shifted_lattice", pytest.param("iid", marks=pytest.mark.slow)])
 def test_first_tokens_and_token_log_probs_match_the_reference(tiny, scheme):
   llm, params, _ = tiny["llama"]
   out = group_rollouts(llm, ["hehe he", "eh"], 8, prompt_ids=[0, 1], seed=4,

@@ -22,7 +22,6 @@ import asyncio
 import concurrent.futures
 import json
 import os
-import pathlib
 import signal
 import socket
 import subprocess
@@ -168,6 +167,7 @@ def test_streaming_interleaves_choices_and_equals_the_whole(served, llm):
   assert len(order) > 3 and order != sorted(order)
 
 
+@pytest.mark.slow
 def test_async_client(served, llm):
   async def ask():
     client = openai.AsyncOpenAI(base_url=served.url + "/v1", api_key=KEY,
@@ -180,6 +180,7 @@ def test_async_client(served, llm):
     assert [c.text for c in r.choices] == _offline(llm, p, 2, i, 6)
 
 
+@pytest.mark.slow
 def test_samples_do_not_depend_on_the_load(served, llm):
   """16 concurrent clients, each asking its own (prompt, n, seed, method):
   every answer equals its offline `generate`, as alone."""
@@ -247,6 +248,7 @@ def test_context_limit_body_size_and_bad_json(served, llm):
   assert _post(served, "/v1/completions", big).status_code == 413
 
 
+@pytest.mark.slow
 def test_overload_and_per_client_limits(llm):
   """A queue of one: a third concurrent request is refused with 429 and
   Retry-After, as is a client's request beyond its own limit."""
@@ -282,6 +284,7 @@ def _wait(predicate, seconds=60.0):
   return False
 
 
+@pytest.mark.slow
 def test_a_client_that_disconnects_frees_its_rows(llm):
   s = Served(create_app(llm, "mid", Limits(max_tokens=200)))
   try:
