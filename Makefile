@@ -2,7 +2,7 @@
 #   make demo   -- install what the demo needs into .venv, then run it
 #   make test   -- install what the tests need into .venv, then run every test
 # and, for daily work and CI:
-#   make test-fast     -- the tests not marked slow (under 4 minutes)
+#   make test-fast     -- the tests not marked slow (its budget: docs/testing.md)
 #   make check-results -- the committed results/ against each other
 # and the integration tests against the real T5X and against transformers
 # running the real LLMs (CI runs all three test targets):

@@ -1,0 +1,110 @@
+"""A test tier's wall time against its budget, and its slowest tests.
+
+    python scripts/test_budget.py fast        # make test-fast   (<= 4 min)
+    python scripts/test_budget.py full        # make test        (<= 20 min)
+    python scripts/test_budget.py ci          # .ci/run, fresh clone (<= 30)
+    python scripts/test_budget.py fast --top 30 --out results/test_budget.jsonl
+
+Runs the tier once: `fast` and `full` their make target from the installed
+.venv, with pytest writing a JUnit report (the slowest tests are listed);
+`ci` runs `.ci/run` with CI=true on a fresh clone of HEAD, with a copy of
+../shared beside it, installs included (as CI does). Prints the wall time
+against the budget and, where pytest reported, the sum of the tests' own
+times and the slowest tests. Appends one JSON record
+to --out if given. The budgets are the project's (docs/testing.md); the
+command measures, it asserts nothing: a timing is never a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+TIERS = {"fast": ("test-fast", 240), "full": ("test", 1200),
+         "ci": (".ci/run", 1800)}
+
+
+def _cpu() -> str:
+  try:
+    for line in open("/proc/cpuinfo"):
+      if line.startswith("model name"):
+        return line.split(":", 1)[1].strip()
+  except OSError:
+    pass
+  return platform.processor()
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("tier", choices=sorted(TIERS))
+  parser.add_argument("--top", type=int, default=20)
+  parser.add_argument("--out", default=None)
+  args = parser.parse_args(argv)
+  target, budget = TIERS[args.tier]
+  with tempfile.TemporaryDirectory() as tmp:
+    report = pathlib.Path(tmp) / "junit.xml"
+    env = dict(os.environ,
+               PYTEST_ADDOPTS=f"--junitxml={report} -o junit_family=xunit1")
+    start = time.monotonic()
+    if args.tier == "ci":
+      clone = pathlib.Path(tmp) / "work" / "main"
+      subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)],
+                     check=True)
+      shared = ROOT.parent / "shared"
+      if shared.exists():
+        shutil.copytree(shared, clone.parent / "shared")
+      env = dict(os.environ, CI="true")
+      env.pop("PYTEST_ADDOPTS", None)
+      env.pop("VIRTUAL_ENV", None)
+      done = subprocess.run([".ci/run"], cwd=clone, env=env, check=False)
+    else:
+      done = subprocess.run(["make", target], cwd=ROOT, env=env,
+                            check=False)
+    wall = time.monotonic() - start
+    cases = []
+    if report.exists():
+      for case in ET.parse(report).getroot().iter("testcase"):
+        name = f"{case.get('classname')}::{case.get('name')}"
+        outcome = ("failed" if case.find("failure") is not None or
+                   case.find("error") is not None else
+                   "skipped" if case.find("skipped") is not None else
+                   "passed")
+        cases.append((float(case.get("time") or 0), name, outcome))
+  cases.sort(reverse=True)
+  counts = {k: sum(o == k for _, _, o in cases)
+            for k in ("passed", "failed", "skipped")}
+  command = target if args.tier == "ci" else f"make {target}"
+  record = dict(tier=args.tier, target=command,
+                wall_seconds=round(wall, 1), budget_seconds=budget,
+                within_budget=wall <= budget,
+                test_seconds=round(sum(t for t, _, _ in cases), 1),
+                exit_code=done.returncode, **counts,
+                slowest=[dict(seconds=round(t, 1), test=n)
+                         for t, n, _ in cases[:args.top]],
+                cpu=_cpu(), cores=os.cpu_count())
+  for seconds, name, _ in cases[:args.top]:
+    print(f"{seconds:8.1f} s  {name}")
+  print(json.dumps(record))
+  if args.out:
+    with open(args.out, "a") as f:
+      f.write(json.dumps(record) + "\n")
+  print(f"{command}: {wall / 60:.1f} min wall against a budget of "
+        f"{budget / 60:.0f} min ({'within' if wall <= budget else 'OVER'}); "
+        f"{counts['passed']} passed, {counts['failed']} failed, "
+        f"{counts['skipped']} skipped; the tests' own times sum to "
+        f"{record['test_seconds'] / 60:.1f} min")
+  return 0 if done.returncode == 0 else 1
+
+
+if __name__ == "__main__":
+  sys.exit(main())
