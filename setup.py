@@ -1,10 +1,13 @@
 """Packaging of the library `arithmetic-decoding` (import `arithmetic_decoding`).
 
 The wheel holds the library only: codes, the categorical step, the decode
-loop, encoding, beam search, sharding and the models. Its required
-dependencies are jax and numpy. The applications (the embedded translation
-model, the paper's experiments, the Figure 5 study, the demo) are a second
-package in `apps/` that imports this one.
+request, loop and its schedulers (fused, compacted, mesh), encoding, beam
+search, sharding, the models (T5, decoder-only LLMs from GGUF or Hugging
+Face folders), LLM sampling and group rollouts. Its required dependencies
+are jax and numpy. The applications (the embedded translation model, the
+paper's experiments, the Figure 5 study, the demo, pass@k with its
+sandbox, the sampling server) are a second package in `apps/` that imports
+this one.
 """
 
 import setuptools

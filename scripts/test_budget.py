@@ -1,8 +1,8 @@
 """A test tier's wall time against its budget, and its slowest tests.
 
-    python scripts/test_budget.py fast        # make test-fast   (<= 4 min)
-    python scripts/test_budget.py full        # make test        (<= 20 min)
-    python scripts/test_budget.py ci          # .ci/run, fresh clone (<= 30)
+    python scripts/test_budget.py fast        # make test-fast
+    python scripts/test_budget.py full        # make test
+    python scripts/test_budget.py ci          # .ci/run, on a fresh clone
     python scripts/test_budget.py fast --top 30 --out results/test_budget.jsonl
 
 Runs the tier once: `fast` and `full` their make target from the installed

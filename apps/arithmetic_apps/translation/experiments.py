@@ -14,7 +14,7 @@ it finishes (so a killed run resumes where it stopped):
   Fig. 4 the standard deviation over R, averaged over verses.
 
 `Budget` fixes the sizes. The defaults are a subset of the paper's grid
-that runs in about 20 minutes on 2 CPU cores (the paper: the whole WMT test
+(its run time: docs/translation.md; the paper: the whole WMT test
 set, T = 0.1 ... 0.8, N up to 64, 100 repeats over 100 sentences); pass a
 bigger `Budget` where there is more compute.
 """
