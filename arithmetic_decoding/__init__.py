@@ -38,6 +38,7 @@ Modules, in reading order (codes -> one step -> loop -> request -> schedulers):
   rollouts      group rollouts for RL and pass@k
   toy           a small enumerable language model (examples and tests)
   testing       exact numpy references (enumeration of the toy model)
+  validation    argument checks that name the argument and its allowed range
 
 The applications (translation, the paper's experiments, the Figure 5 study,
 the sampling server, the sandbox and pass@k, the demo) are the separate

@@ -20,4 +20,5 @@ other way round.
   programs     when long runs release their compiled programs
   jsonl        resumable JSON-lines result files for long runs
   demo         `make demo`
+  bench        timing helpers of the benchmark scripts
 """
