@@ -19,9 +19,11 @@ servers it starts itself, on 127.0.0.1 only.
   per request in a loop and all requests in one call (16 prompts x 8).
 * peer (--peer): llama-cpp-python's server (`llama_cpp.server`, built in
   the benchmark's own environment .venv-llamacpp, never in CI: `make
-  bench-peer-env`) on the same GGUF file, quantized as the file is (Q4_1
-  for SmolLM2), 2 threads. It serves one request at a time and returns one
-  completion per request, so each of our requests is n = 1 requests there.
+  bench-peer-env`), 2 threads, twice: on the same GGUF file, quantized as
+  the file is (Q4_1 for SmolLM2), and on a float32 copy of it (the
+  precision we compute in; `bench_llm_engine.f32_copy`). It serves one
+  request at a time and returns one completion per request, so each of our
+  requests is n = 1 requests there.
 
 Per configuration: generated tokens/s over the wall time, p50 / p99
 request latency, failed requests. Appends one JSON record per
@@ -39,6 +41,7 @@ import platform
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -190,14 +193,20 @@ def main(argv=None):
                                  "arithmetic_apps.server", "--model",
                                  "smollm2-135m", "--max-n", str(args.n)],
               "smollm2-135m", False)]
+  scratch = tempfile.TemporaryDirectory()
   if args.peer:
     if not PEER_PYTHON.exists():
       raise SystemExit(f"--peer needs {PEER_PYTHON} (make bench-peer-env)")
-    servers.append(("llama.cpp server (Q4_1)", [
-        str(PEER_PYTHON), "-m", "llama_cpp.server", "--model",
-        llms.gguf_path("smollm2-135m"), "--n_ctx", "4096", "--n_threads", "2",
-        "--n_threads_batch", "2", "--model_alias", "smollm2-135m"],
-                    "smollm2-135m", True))
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from bench_llm_engine import f32_copy  # pylint: disable=g-import-not-at-top
+    quantized = llms.gguf_path("smollm2-135m")
+    full = os.path.join(scratch.name, "smollm2-135m-f32.gguf")
+    f32_copy(quantized, full)
+    for label, path in (("Q4_1", quantized), ("float32", full)):
+      servers.append((f"llama.cpp server ({label})", [
+          str(PEER_PYTHON), "-m", "llama_cpp.server", "--model", path,
+          "--n_ctx", "4096", "--n_threads", "2", "--n_threads_batch", "2",
+          "--model_alias", "smollm2-135m"], "smollm2-135m", True))
   for name, command, model, split in servers:
     port = _free_port()
     proc = subprocess.Popen(command + ["--port", str(port), "--host",

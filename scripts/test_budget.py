@@ -84,7 +84,13 @@ def main(argv=None) -> int:
   counts = {k: sum(o == k for _, _, o in cases)
             for k in ("passed", "failed", "skipped")}
   command = target if args.tier == "ci" else f"make {target}"
-  record = dict(tier=args.tier, target=command,
+  commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                          capture_output=True, text=True).stdout.strip()
+  dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                         cwd=ROOT, capture_output=True, text=True).stdout
+  if dirty.strip() and args.tier != "ci":  # ci tests a clone of HEAD
+    commit += "+changes"
+  record = dict(tier=args.tier, target=command, commit=commit,
                 wall_seconds=round(wall, 1), budget_seconds=budget,
                 within_budget=wall <= budget,
                 test_seconds=round(sum(t for t, _, _ in cases), 1),
