@@ -207,7 +207,10 @@ def llm_engine_table() -> str:
 
 def server_table() -> str:
   """docs/serving.md: the load test."""
-  records = _jsonl(RESULTS / "llm" / "bench_server.jsonl")
+  path = RESULTS / "llm" / "bench_server.jsonl"
+  if not path.exists():
+    return "Not measured yet: `python scripts/bench_server.py --peer`."
+  records = _jsonl(path)
   last = {}
   for r in records:
     last[(r["server"], r.get("kind"), r.get("clients"))] = r
