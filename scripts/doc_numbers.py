@@ -165,9 +165,15 @@ def llm_engine_row() -> str:
       twin = latest.get(("after", model, n, t, "ancestral"))
       if twin:
         ratios.append(twin["tokens_per_second"] / after["tokens_per_second"])
+  def grid(model):
+    keys = [k for k in latest if k[0] == "after" and k[1] == model]
+    ns = sorted({k[2] for k in keys})
+    ts = sorted({k[3] for k in keys})
+    return (f"{model} (N = {', '.join(map(str, ns))}; T = "
+            f"{ts[0] if len(ts) == 1 else f'{ts[0]}-{ts[-1]}'})")
   models = sorted({k[1] for k in latest if k[0] == "after"})
-  return (f"| LLM sampling | {', '.join(models)}, 8 chat prompts x N = 16, "
-          f"64 at T = 0.4-1.0, 64 new tokens, float32, 2 CPU cores: "
+  return (f"| LLM sampling | {' and '.join(grid(m) for m in models)}: 8 chat "
+          f"prompts x N, 64 new tokens, float32, 2 CPU cores: "
           f"{min(speedups):.2f}-{max(speedups):.2f}x the generated tokens/s "
           f"of the code before the engine (ended rows dropped, a prompt "
           f"prefilled once, prefixes shared); arithmetic sampling "
