@@ -57,6 +57,9 @@ def main(argv=None) -> int:
                PYTEST_ADDOPTS=f"--junitxml={report} -o junit_family=xunit1")
     start = time.monotonic()
     if args.tier == "ci":
+      # Readable by others, as a CI checkout is: the sandbox's tests run
+      # the checkout's code as another user.
+      os.chmod(tmp, 0o755)
       clone = pathlib.Path(tmp) / "work" / "main"
       subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)],
                      check=True)
