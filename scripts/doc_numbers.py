@@ -321,9 +321,14 @@ def test_tiers() -> str:
       counts = (f"; {r['passed']} passed, {r['skipped']} skipped"
                 if r["passed"] else "")
       measured = (f"{r['wall_seconds'] / 60:.1f} min wall{counts} "
-                  f"({r['cpu']})")
+                  f"(at {r.get('commit', '?')}; {r['cpu']})")
     budget = f"{test_budget.TIERS[tier][1] // 60} min"
     lines.append(f"| {command} | {what} | {budget} | {measured} |")
+  parts = last.get("ci", {}).get("parts")
+  if parts:
+    lines.append("")
+    lines.append("Within that `.ci/run`: " + "; ".join(
+        f"`{name}` {text}" for name, text in parts.items()) + ".")
   return "\n".join(lines)
 
 

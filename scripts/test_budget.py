@@ -22,6 +22,7 @@ import json
 import os
 import pathlib
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -30,6 +31,7 @@ import time
 import xml.etree.ElementTree as ET
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+_SUMMARY = re.compile(r"^=*\s*\d+ (passed|failed).* in [\d.]+s")
 TIERS = {"fast": ("test-fast", 240), "full": ("test", 1200),
          "ci": (".ci/run", 1800)}
 
@@ -51,6 +53,14 @@ def main(argv=None) -> int:
   parser.add_argument("--out", default=None)
   args = parser.parse_args(argv)
   target, budget = TIERS[args.tier]
+  commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                          capture_output=True, text=True).stdout.strip()
+  dirty = subprocess.run(["git", "status", "--porcelain",
+                          "--untracked-files=no"], cwd=ROOT,
+                         capture_output=True, text=True).stdout
+  if dirty.strip():
+    commit += "+changes"
+  ci_counts = {"passed": 0, "failed": 0, "skipped": 0}
   with tempfile.TemporaryDirectory() as tmp:
     report = pathlib.Path(tmp) / "junit.xml"
     env = dict(os.environ,
@@ -69,7 +79,20 @@ def main(argv=None) -> int:
       env = dict(os.environ, CI="true")
       env.pop("PYTEST_ADDOPTS", None)
       env.pop("VIRTUAL_ENV", None)
-      done = subprocess.run([".ci/run"], cwd=clone, env=env, check=False)
+      commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"],
+                              cwd=clone, capture_output=True,
+                              text=True).stdout.strip()
+      proc = subprocess.Popen([".ci/run"], cwd=clone, env=env, text=True,
+                              stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT)
+      for line in proc.stdout:  # echoed, and pytest's summaries kept
+        print(line, end="", flush=True)
+        summary = _SUMMARY.search(line)
+        if summary:
+          for kind in ("passed", "failed", "skipped"):
+            found = re.search(rf"(\d+) {kind}", line)
+            ci_counts[kind] += int(found.group(1)) if found else 0
+      done = subprocess.CompletedProcess(proc.args, proc.wait())
     else:
       done = subprocess.run(["make", target], cwd=ROOT, env=env,
                             check=False)
@@ -86,13 +109,9 @@ def main(argv=None) -> int:
   cases.sort(reverse=True)
   counts = {k: sum(o == k for _, _, o in cases)
             for k in ("passed", "failed", "skipped")}
+  if args.tier == "ci":  # from pytest's summary lines: every tier's tests
+    counts = ci_counts
   command = target if args.tier == "ci" else f"make {target}"
-  commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                          capture_output=True, text=True).stdout.strip()
-  dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                         cwd=ROOT, capture_output=True, text=True).stdout
-  if dirty.strip() and args.tier != "ci":  # ci tests a clone of HEAD
-    commit += "+changes"
   record = dict(tier=args.tier, target=command, commit=commit,
                 wall_seconds=round(wall, 1), budget_seconds=budget,
                 within_budget=wall <= budget,
