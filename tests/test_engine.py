@@ -173,6 +173,7 @@ def test_schedulers_run_the_request_they_are_given(path):
   assert "protected-access" not in code
 
 
+@pytest.mark.slow
 def test_requests_that_join_a_running_batch_sample_what_they_would_alone(
     tiny):
   """Continuous batching: a request joining a batch after its first

@@ -51,6 +51,7 @@ def test_cached_steps_equal_the_teacher_forced_pass(dtype, tol):
                                atol=tol * float(jnp.abs(full).max()))
 
 
+@pytest.mark.slow
 def test_rows_at_different_positions_decode_independently():
   # T5X's initial_index leaves rows at different positions: a row's logits
   # must not depend on where the other rows are.

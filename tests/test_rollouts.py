@@ -71,8 +71,8 @@ def test_codes_are_per_prompt_lattices_and_prefixes():
     group_codes(0, 0, [1], 4, "lattice")  # not random: biased
 
 
-@pytest.mark.parametrize("arch", [
-    "llama", pytest.param("gemma3", marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
 def test_a_sample_does_not_depend_on_its_batch(tiny, arch):
   llm = tiny[arch][0]
   a, other, short = (("hehe he", "h", "he eh hehe ehe h") if arch == "llama"
