@@ -48,12 +48,13 @@ import argparse
 import json
 import os
 import pathlib
-import platform
 import resource
 import subprocess
 import sys
 import tempfile
 import time
+
+from host import cpu_name  # scripts/host.py
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 OUT = ROOT / "results" / "llm" / "bench_engine.jsonl"
@@ -61,16 +62,6 @@ PROMPTS = ["Name a fruit.", "Write a short poem about the sea.",
            "What is the capital of France?", "Explain gravity to a child.",
            "List three colours.", "What is 12 times 7?",
            "Give me a word that rhymes with cat.", "Describe a sunset."]
-
-
-def _cpu() -> str:
-  try:
-    for line in open("/proc/cpuinfo"):
-      if line.startswith("model name"):
-        return line.split(":", 1)[1].strip()
-  except OSError:
-    pass
-  return platform.processor()
 
 
 def _key(record) -> tuple:
@@ -128,7 +119,7 @@ def worker(args) -> None:
             row_steps_per_token=round(row_steps / tokens, 3),
             peak_mib=round(resource.getrusage(
                 resource.RUSAGE_SELF).ru_maxrss / 1024),
-            host=_cpu())
+            host=cpu_name())
         with open(args.out, "a") as f:
           f.write(json.dumps(record) + "\n")
         print(json.dumps(record), flush=True)
@@ -196,7 +187,7 @@ def peer(args) -> None:
             record.update(prompts=len(PROMPTS), max_new_tokens=64,
                           seconds=out["seconds"], tokens=out["tokens"],
                           tokens_per_second=out["tokens_per_second"],
-                          host=_cpu())
+                          host=cpu_name())
             with open(args.out, "a") as f:
               f.write(json.dumps(record) + "\n")
             print(json.dumps(record), flush=True)

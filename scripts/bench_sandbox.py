@@ -18,7 +18,6 @@ import argparse
 import importlib.util
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -27,6 +26,8 @@ import time
 
 from arithmetic_apps import sandbox
 from arithmetic_apps.verifiable import humaneval
+
+from host import cpu_name  # scripts/host.py
 
 TRIVIAL = "pass\n"
 FUNCTION = "def f():\n    return 1\n"
@@ -113,17 +114,6 @@ def measure_current(repeats):
               "calls": sum(v.calls for v in verdicts)}}
 
 
-def _cpu():
-  try:
-    with open("/proc/cpuinfo") as f:
-      for line in f:
-        if line.startswith("model name"):
-          return line.split(":", 1)[1].strip()
-  except OSError:
-    pass
-  return platform.processor()
-
-
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--before", metavar="COMMIT",
@@ -135,7 +125,7 @@ def main(argv=None):
     parser.error("--repeats must be >= 1")
   record = (measure_before(args.before, args.repeats) if args.before else
             measure_current(args.repeats))
-  record.update(cpu=_cpu(), cores=os.cpu_count(),
+  record.update(cpu=cpu_name(), cores=os.cpu_count(),
                 load_average=[round(x, 2) for x in os.getloadavg()])
   print(json.dumps(record))
   if args.out:

@@ -37,7 +37,6 @@ import concurrent.futures
 import json
 import os
 import pathlib
-import platform
 import socket
 import subprocess
 import sys
@@ -45,6 +44,8 @@ import tempfile
 import time
 
 import numpy as np
+
+from host import cpu_name  # scripts/host.py
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 OUT = ROOT / "results" / "llm" / "bench_server.jsonl"
@@ -60,16 +61,6 @@ PROMPTS = [
     "What is the capital of France? Answer and explain briefly.",
 ] + [f"Continue this story: {' '.join(WORDS[:k])}" for k in
      (4, 8, 12, 16, 20, 24, 26, 28)]
-
-
-def _cpu() -> str:
-  try:
-    for line in open("/proc/cpuinfo"):
-      if line.startswith("model name"):
-        return line.split(":", 1)[1].strip()
-  except OSError:
-    pass
-  return platform.processor()
 
 
 def _free_port() -> int:
@@ -187,7 +178,7 @@ def main(argv=None):
   args = parser.parse_args(argv)
   from arithmetic_apps import llms  # pylint: disable=g-import-not-at-top
   records = []
-  common = dict(n=args.n, max_tokens=args.max_tokens, host=_cpu())
+  common = dict(n=args.n, max_tokens=args.max_tokens, host=cpu_name())
   env = dict(os.environ, JAX_PLATFORMS="cpu")
   servers = [("ours (float32)", [sys.executable, "-m",
                                  "arithmetic_apps.server", "--model",

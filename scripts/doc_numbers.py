@@ -235,13 +235,20 @@ def server_table() -> str:
   return "\n".join(lines)
 
 
+def _rollout_records() -> Dict[tuple, dict]:
+  """The latest record of each configuration bench_rollouts.py runs now
+  (row block 16 for rollouts; generate has none), by (kind, scheme,
+  per-token log-probs)."""
+  last = {}
+  for r in _jsonl(RESULTS / "passk" / "bench_rollouts.jsonl"):
+    if r["rows_per_call"] in (16, None):
+      last[(r["kind"], r["scheme"], r["token_log_probs"])] = r
+  return last
+
+
 def rollouts_row() -> str:
   """README: rollouts' invariance and cost against generate."""
-  records = _jsonl(RESULTS / "passk" / "bench_rollouts.jsonl")
-  last = {}
-  for r in records:
-    if r["rows_per_call"] in (16, None):  # the configurations benchmarked now
-      last[(r["kind"], r["scheme"], r["token_log_probs"])] = r
+  last = _rollout_records()
   lattice = last[("rollouts", "shifted_lattice", False)]
   iid = last[("rollouts", "iid", False)]
   plain = last[("generate", "arithmetic", False)]
@@ -280,11 +287,7 @@ def readme_table() -> str:
 
 def rollouts_table() -> str:
   """docs/passk.md: time per completion of each configuration."""
-  records = _jsonl(RESULTS / "passk" / "bench_rollouts.jsonl")
-  last = {}
-  for r in records:
-    if r["rows_per_call"] in (16, None):  # the configurations benchmarked now
-      last[(r["kind"], r["scheme"], r["token_log_probs"])] = r
+  last = _rollout_records()
   plain = last[("generate", "arithmetic", False)]["seconds_per_completion"]
   lines = ["| call | codes | per-token log-probs | s per completion | "
            "x generate (arithmetic) |", "|---|---|---|---:|---:|"]

@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import pathlib
-import platform
 import re
 import shutil
 import subprocess
@@ -30,20 +29,12 @@ import tempfile
 import time
 import xml.etree.ElementTree as ET
 
+from host import cpu_name  # scripts/host.py
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 _SUMMARY = re.compile(r"^=*\s*\d+ (passed|failed).* in [\d.]+s")
 TIERS = {"fast": ("test-fast", 240), "full": ("test", 1200),
          "ci": (".ci/run", 1800)}
-
-
-def _cpu() -> str:
-  try:
-    for line in open("/proc/cpuinfo"):
-      if line.startswith("model name"):
-        return line.split(":", 1)[1].strip()
-  except OSError:
-    pass
-  return platform.processor()
 
 
 def main(argv=None) -> int:
@@ -119,7 +110,7 @@ def main(argv=None) -> int:
                 exit_code=done.returncode, **counts,
                 slowest=[dict(seconds=round(t, 1), test=n)
                          for t, n, _ in cases[:args.top]],
-                cpu=_cpu(), cores=os.cpu_count())
+                cpu=cpu_name(), cores=os.cpu_count())
   for seconds, name, _ in cases[:args.top]:
     print(f"{seconds:8.1f} s  {name}")
   print(json.dumps(record))
