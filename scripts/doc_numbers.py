@@ -215,7 +215,8 @@ def server_table() -> str:
   """docs/serving.md: the load test."""
   path = RESULTS / "llm" / "bench_server.jsonl"
   if not path.exists():
-    return "Not measured yet: `python scripts/bench_server.py --peer`."
+    return ("No record yet (`results/llm/bench_server.jsonl`): see the "
+            "open problem below.")
   records = _jsonl(path)
   last = {}
   for r in records:
