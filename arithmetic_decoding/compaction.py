@@ -625,6 +625,7 @@ noise is its own), and the model computes each row by itself
     self.least_rows = -(-compaction.min_rows // self.pools)
     self.parts = {}
     self._stop = 0
+    self._stalled = False
     self.live = None
     self.decode_key = None
     self.full = self.growth.size_of(request.cache)
@@ -654,17 +655,17 @@ noise is its own), and the model computes each row by itself
     """Sample rows in the batch (of all its requests, ended or not)."""
     return 0 if self.live is None else int(self.live.rows.size)
 
-  def _model_rows(self, request: DecodeRequest):
+  def _model_rows(self, request: DecodeRequest, classes: int):
     """(rows_m, m, owner [C], model_take [rows_m]) of a request's rows on
-    their own: each class's samples on one model row (sharing), else each
-    sample on its own."""
+    their own, its inputs in `classes` runs of equal inputs: each class's
+    samples on one model row (sharing), else each sample on its own."""
     batch, n = request.batch, request.num_decodes
     rows_total = batch * n
     if self.share:
-      per_pool = self.layout.classes // self.pools
+      per_pool = classes // self.pools
       m = self._per_group(-(-per_pool // self.spread))
       rows_m = self.pools * self.spread * m
-      klass = np.arange(rows_total) // n // (batch // self.layout.classes)
+      klass = np.arange(rows_total) // n // (batch // classes)
       owner = (klass // per_pool) * self.spread * m + klass % per_pool
       model_take = np.zeros(rows_m, np.int64)  # the first input of a pool
       model_take[::self.spread * m] = np.arange(0, batch, batch // self.pools)
@@ -682,7 +683,13 @@ noise is its own), and the model computes each row by itself
     return _round(need, c.multiple, self.least, self.cap, c.geometric)
 
   def _add(self, key, request: DecodeRequest):
-    rows_m, m, owner, model_take = self._model_rows(request)
+    # A request that joins shares model rows only among the samples of
+    # each of its inputs (its own runs of equal inputs are not known).
+    rows_m, m, owner, model_take = self._model_rows(
+        request, self.layout.classes if self.live is None else request.batch)
+    # The cache grows up to what the longest request needs (a request that
+    # joins may have a longer prompt or more new tokens than the first).
+    self.full = max(self.full, self.growth.size_of(request.cache))
     start = (0 if request.initial_index is None else
              int(np.max(np.asarray(request.initial_index))))
     slots = (self.full if self.small else
@@ -704,6 +711,8 @@ noise is its own), and the model computes each row by itself
         begin, request.batch, request.num_decodes, np.asarray(codes),
         np.zeros((owner.size, width), np.int32),
         np.zeros((owner.size,), np.float32), np.zeros(owner.size, bool))
+    if self.live is not None:  # as many model rows as all its rows
+      self.cap += owner.size // self.layout.groups
     if self.live is None:
       self.decode_key = key_
       self.live = _Live(*arrays, rows)
@@ -726,10 +735,11 @@ noise is its own), and the model computes each row by itself
     """
     if key in self.parts:
       raise ValueError(f"request key {key!r} is already in the batch.")
-    self._check(request, self.layout)
     if self.layout.groups != 1 or self.small:
       raise ValueError("only requests of independent rows (RowLayout."
                        "groups 1, at least min_rows model rows) can join.")
+    self._check(request, dataclasses.replace(self.layout,
+                                             classes=request.batch))
     same = (dataclasses.replace(request.options, num_decodes=1) ==
             self.options and request.fns == self.fns and
             request.topk is None and request.topp is None and
@@ -768,6 +778,11 @@ noise is its own), and the model computes each row by itself
     self.counts["segment_seconds"] += time.perf_counter() - started
     live.state = state
     steps = int(state.step) - done
+    if steps == 0 and self._stalled:
+      # A scheduler defect: fail the batch's requests, never spin.
+      raise RuntimeError("the compacted batch made no progress in two "
+                         "segments.")
+    self._stalled = steps == 0
     self.counts["segments"] += 1
     self.counts["row_steps"] += self.rows_m * steps
     self.counts["sample_row_steps"] += ended.size * steps

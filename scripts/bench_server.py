@@ -155,8 +155,8 @@ def offline(count: int, n: int, tokens: int) -> list:
         out = generate(llm, [p for p, _ in asked], n, seed=0,
                        max_new_tokens=tokens, chat=True, temperature=1.0)
         total = count_tokens(out)
-      else:
-        for prompt, seed in asked:
+      else:  # untimed: the first request compiles what the rest need
+        for prompt, seed in (asked if timed else asked[:1]):
           total += count_tokens(generate(llm, prompt, n, seed=seed,
                                          max_new_tokens=tokens, chat=True,
                                          temperature=1.0))
@@ -178,7 +178,17 @@ def main(argv=None):
   args = parser.parse_args(argv)
   from arithmetic_apps import llms  # pylint: disable=g-import-not-at-top
   records = []
-  common = dict(n=args.n, max_tokens=args.max_tokens, host=cpu_name())
+  commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                          capture_output=True, text=True).stdout.strip()
+  common = dict(n=args.n, max_tokens=args.max_tokens, host=cpu_name(),
+                commit=commit)
+
+  def keep(record):  # appended as it comes: a kill loses one configuration
+    records.append(record)
+    print(json.dumps(record), flush=True)
+    with open(args.out, "a") as f:
+      f.write(json.dumps(record) + "\n")
+
   env = dict(os.environ, JAX_PLATFORMS="cpu")
   servers = [("ours (float32)", [sys.executable, "-m",
                                  "arithmetic_apps.server", "--model",
@@ -210,21 +220,14 @@ def main(argv=None):
       run_load(url + "/v1", model, max(args.clients), _requests(
           args.requests), args.n, args.max_tokens, split)  # warm-up
       for clients in args.clients:
-        record = dict(server=name, **run_load(
+        keep(dict(server=name, **run_load(
             url + "/v1", model, clients, _requests(args.requests), args.n,
-            args.max_tokens, split), **common)
-        records.append(record)
-        print(json.dumps(record), flush=True)
+            args.max_tokens, split), **common))
     finally:
       proc.terminate()
       proc.wait(60)
   for record in offline(args.requests, args.n, args.max_tokens):
-    record.update(common)
-    records.append(record)
-    print(json.dumps(record), flush=True)
-  with open(args.out, "a") as f:
-    for record in records:
-      f.write(json.dumps(record) + "\n")
+    keep(dict(record, **common))
   print(f"{'server':28} {'clients':>7} {'tok/s':>8} {'p50 s':>7} "
         f"{'p99 s':>7} {'failed':>6}")
   for r in records:
