@@ -119,10 +119,14 @@ test-llm: $(VENV)/.llm-runtime-installed
 
 # llama.cpp (llama-cpp-python, compiled from source here) in an environment
 # of its own: the peer of scripts/bench_server.py --peer and
-# scripts/bench_llm_engine.py --peer. Never in CI.
+# scripts/bench_llm_engine.py --peer. Never in CI. Built for this CPU
+# without AMX: where a virtual machine reports AMX but does not grant its
+# state, llama.cpp's AMX kernels fault (general protection, ldtilecfg).
 bench-peer-env:
 	test -x .venv-llamacpp/bin/python || $(PYTHON) -m venv .venv-llamacpp
-	.venv-llamacpp/bin/pip install --quiet 'llama-cpp-python[server]' numpy
+	CFLAGS="$(NO_AMX)" CXXFLAGS="$(NO_AMX)" .venv-llamacpp/bin/pip install \
+	  --quiet --no-cache-dir 'llama-cpp-python[server]' numpy
+NO_AMX := -mno-amx-tile -mno-amx-int8 -mno-amx-bf16
 
 bench: $(VENV)/.test-installed
 	$(PY) scripts/bench_sampler.py

@@ -457,7 +457,8 @@ def _start(request: DecodeRequest, owner, model_take, *, options, slots,
 
 
 @functools.partial(jax.jit, static_argnames=("fns", "options", "pools",
-                                             "growth"))
+                                             "growth"),
+                   donate_argnames=("state",))
 def _segment(context, state, row_ids, temperature, max_decode_len, eos_count,
              topk, topp, decode_key, stop_step, *, fns, options, pools,
              growth):

@@ -3,6 +3,7 @@
     python scripts/bench_llm_engine.py                    # before vs after
     python scripts/bench_llm_engine.py --baseline none    # after only
     python scripts/bench_llm_engine.py --models smollm2-135m --n 16
+    python scripts/bench_llm_engine.py --peer_only --temperatures 0.8
 
 The workload (the same call in both checkouts): 8 chat prompts x N samples
 (--n: 16, 64) at each temperature (--temperatures: 0.4, 0.8, 1.0), by
@@ -273,6 +274,8 @@ def main(argv=None):
   parser.add_argument("--report_only", action="store_true")
   parser.add_argument("--peer", action="store_true",
                       help="also llama.cpp on the same workload")
+  parser.add_argument("--peer_only", action="store_true",
+                      help="only llama.cpp (our records stay as they are)")
   parser.add_argument("--worker", action="store_true")
   parser.add_argument("--version")
   parser.add_argument("--commit")
@@ -288,7 +291,8 @@ def main(argv=None):
   with tempfile.TemporaryDirectory() as tmp:
     checkouts = []
     try:
-      for version, commit in ([] if args.report_only else versions):
+      for version, commit in ([] if args.report_only or args.peer_only
+                              else versions):
         tree = pathlib.Path(tmp) / version
         subprocess.run(["git", "worktree", "add", "--detach", str(tree),
                         commit], cwd=ROOT, check=True, capture_output=True)
@@ -299,7 +303,7 @@ def main(argv=None):
       for tree in checkouts:
         subprocess.run(["git", "worktree", "remove", "--force", str(tree)],
                        cwd=ROOT, check=False)
-  if args.peer and not args.report_only:
+  if (args.peer or args.peer_only) and not args.report_only:
     peer(args)
   report = summary(args.out, commits)
   print(f"{'model':14} {'N':>3} {'T':>4} {'method':10} {'before':>8} "

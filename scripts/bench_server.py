@@ -219,6 +219,9 @@ def main(argv=None):
       _wait_up(url + "/v1/models", proc)
       run_load(url + "/v1", model, max(args.clients), _requests(
           args.requests), args.n, args.max_tokens, split)  # warm-up
+      if proc.poll() is not None:
+        raise SystemExit(f"{name} exited ({proc.returncode}) during the "
+                         "warm-up")
       for clients in args.clients:
         keep(dict(server=name, **run_load(
             url + "/v1", model, clients, _requests(args.requests), args.n,

@@ -186,8 +186,8 @@ def llm_engine_table() -> str:
   latest = _engine_records()
   lines = ["| model | N | T | method | before tok/s | after tok/s | x | "
            "row-steps / token before, after | peak MiB before, after | "
-           "llama.cpp quantized, float32 tok/s |",
-           "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
+           "llama.cpp quantized, float32 tok/s | after at |",
+           "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|"]
   for (version, model, n, t, method), a in sorted(latest.items()):
     if version != "after":
       continue
@@ -202,9 +202,10 @@ def llm_engine_table() -> str:
         f"| {a['tokens_per_second'] / b['tokens_per_second']:.2f} | "
         f"{b['row_steps_per_token'] if b else '-'}, "
         f"{a['row_steps_per_token']} | {b['peak_mib'] if b else '-'}, "
-        f"{a['peak_mib']} | {peer} |" if b else
+        f"{a['peak_mib']} | {peer} | {a['commit']} |" if b else
         f"| {model} | {n} | {t} | {method} | - | {a['tokens_per_second']} | "
-        f"- | -, {a['row_steps_per_token']} | -, {a['peak_mib']} | {peer} |")
+        f"- | -, {a['row_steps_per_token']} | -, {a['peak_mib']} | {peer} | "
+        f"{a['commit']} |")
   hosts = sorted({r["host"] for r in latest.values()})
   lines.append("")
   lines.append(f"Measured on: {'; '.join(hosts)}.")
@@ -215,8 +216,8 @@ def server_table() -> str:
   """docs/serving.md: the load test."""
   path = RESULTS / "llm" / "bench_server.jsonl"
   if not path.exists():
-    return ("No record yet (`results/llm/bench_server.jsonl`): see the "
-            "open problem below.")
+    return ("No record yet (`results/llm/bench_server.jsonl`): run the "
+            "command above.")
   records = _jsonl(path)
   last = {}
   for r in records:

@@ -10,7 +10,8 @@ Runs the tier once: `fast` and `full` their make target from the installed
 `ci` runs `.ci/run` with CI=true on a fresh clone of HEAD, with a copy of
 ../shared beside it, installs included (as CI does). Prints the wall time
 against the budget and, where pytest reported, the sum of the tests' own
-times and the slowest tests. Appends one JSON record
+times, the slowest tests and the costliest modules (a module's tests run on
+one worker in `make test`). Appends one JSON record
 to --out if given. The budgets are the project's (docs/testing.md); the
 command measures, it asserts nothing: a timing is never a test.
 """
@@ -102,6 +103,11 @@ def main(argv=None) -> int:
             for k in ("passed", "failed", "skipped")}
   if args.tier == "ci":  # from pytest's summary lines: every tier's tests
     counts = ci_counts
+  modules = {}  # a module runs on one worker (--dist loadscope)
+  for seconds, name, _ in cases:
+    module = name.split("::")[0]
+    modules[module] = modules.get(module, 0.0) + seconds
+  modules = sorted(modules.items(), key=lambda kv: -kv[1])[:args.top]
   command = target if args.tier == "ci" else f"make {target}"
   record = dict(tier=args.tier, target=command, commit=commit,
                 wall_seconds=round(wall, 1), budget_seconds=budget,
@@ -110,9 +116,13 @@ def main(argv=None) -> int:
                 exit_code=done.returncode, **counts,
                 slowest=[dict(seconds=round(t, 1), test=n)
                          for t, n, _ in cases[:args.top]],
+                modules=[dict(seconds=round(t, 1), module=m)
+                         for m, t in modules],
                 cpu=cpu_name(), cores=os.cpu_count())
   for seconds, name, _ in cases[:args.top]:
     print(f"{seconds:8.1f} s  {name}")
+  for module, seconds in modules:
+    print(f"{seconds:8.1f} s  {module} (module)")
   print(json.dumps(record))
   if args.out:
     with open(args.out, "a") as f:

@@ -5,6 +5,7 @@ log-prob reference for the encoder-decoder."""
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 EOS_ID = 1
 NEG = -1e7  # T5X tests' "effectively -inf" logit.
@@ -61,3 +62,14 @@ def teacher_forced_log_probs(model, params, encoder_tokens, decodes,
   before_eos = (jnp.cumsum(flat == eos_id, axis=1) - (flat == eos_id)) == 0
   return np.asarray(jnp.sum(jnp.where(before_eos, token_lp, 0.0),
                             axis=1)).reshape(b, n)
+
+
+def one_fast(values, fast):
+  """Test parameters: `fast` in the fast tier (`make test-fast`), the
+  others in the slow tier only.
+
+  >>> [getattr(p, "marks", ()) and "slow" or p for p in one_fast("ab", "a")]
+  ['a', 'slow']
+  """
+  return [v if v == fast else pytest.param(v, marks=pytest.mark.slow)
+          for v in values]

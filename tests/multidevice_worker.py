@@ -130,9 +130,9 @@ def run_decoder():
     model = DecoderOnlyModel(config)
     params = model.init(jax.random.PRNGKey(0))
     params = jax.tree_util.tree_map(lambda x: x * 4.0, params)
-    for name, shape in [("v4-1x1x1", (1, 1)), ("v4-2x2x1", (4, 1)),
-                        ("v4-2x2x2", (8, 1)), ("v4-2x2x1", (2, 2)),
-                        ("v4-2x2x2", (4, 2)), ("v4-2x2x2", (2, 4))]:
+    for name, shape in [("v4-1x1x1", (1, 1)), ("v4-2x2x2", (8, 1)),
+                        ("v4-2x2x1", (2, 2)), ("v4-2x2x2", (4, 2)),
+                        ("v4-2x2x2", (2, 4))]:
       mesh = make_mesh(load_topology(name), shape)
       for method in Method:
         fn, args = decode(mesh, method, params, prompts, key, model=model,

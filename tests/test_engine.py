@@ -32,6 +32,7 @@ from arithmetic_decoding.models.decoder_model import DecoderOnlyModel
 from arithmetic_decoding.models.decoder_only import DecoderOnly
 from arithmetic_decoding.request import SamplingParams
 from arithmetic_decoding.rollouts import group_rollouts
+from helpers import one_fast
 from llm_models import MID, mid_llm
 
 ROOT = pathlib.Path(__file__).parent.parent
@@ -48,18 +49,12 @@ def tiny(tmp_path_factory):
           for arch in sorted(TINY)}
 
 
-def _one_fast(values, fast):
-  """Parameters: `fast` in the fast tier, the others slow."""
-  return [v if v == fast else pytest.param(v, marks=pytest.mark.slow)
-          for v in values]
-
-
 def _ids(llm, texts):
   return [llm.encode(t) for t in texts]
 
 
-@pytest.mark.parametrize("arch", _one_fast(sorted(TINY), "llama"))
-@pytest.mark.parametrize("method", _one_fast(METHODS, "arithmetic"))
+@pytest.mark.parametrize("arch", one_fast(sorted(TINY), "llama"))
+@pytest.mark.parametrize("method", one_fast(METHODS, "arithmetic"))
 def test_fused_and_compacted_schedulers_agree(tiny, arch, method):
   """4 prompts x 16 samples (64 rows): every token and log-prob equal."""
   llm = tiny[arch]
@@ -80,8 +75,8 @@ def test_fused_and_compacted_schedulers_agree(tiny, arch, method):
     assert stats["row_steps"] <= 64 * steps
 
 
-@pytest.mark.parametrize("arch", _one_fast(sorted(TINY), "llama"))
-@pytest.mark.parametrize("method", _one_fast(METHODS, "ancestral"))
+@pytest.mark.parametrize("arch", one_fast(sorted(TINY), "llama"))
+@pytest.mark.parametrize("method", one_fast(METHODS, "ancestral"))
 def test_a_prompt_samples_the_same_alone_and_in_any_batch(tiny, arch,
                                                           method):
   llm = tiny[arch]
@@ -208,55 +203,26 @@ def test_requests_that_join_a_running_batch_sample_what_they_would_alone(
       np.testing.assert_array_equal(got, ref)
 
 
-def test_a_joining_request_that_needs_a_longer_cache_runs_to_its_end(tiny):
-  """A request that joins with a longer prompt than the first one needs
-  more cache slots than the first request's full size: the batch grows its
-  cache to the longer need (it once stopped growing at the first request's
-  size and stepped zero steps forever), and both requests sample what
-  they would alone."""
-  from arithmetic_decoding.compaction import Compacted
-  llm = tiny["llama"]
-  short, long_ = llm.encode("h"), llm.encode("he eh hehe ehe h " * 3)
-  first = SamplingParams(n=8, temperature=1.0, max_new_tokens=24, seed=1)
-  second = SamplingParams(n=8, temperature=1.0, max_new_tokens=40, seed=2)
-  request, layout = llm_lib.llm_request(llm, [short], first)
-  late = llm_lib.llm_request(llm, [long_], second)[0]
-  size = layout.growth.size_of
-  assert size(late.cache) > size(request.cache)  # the case under test
-  batch = Compacted(request, layout, llm_lib.LLM_COMPACTION, key="a")
-  results = {}
-  for segment in range(40):
-    if segment == 1:
-      batch.join("b", late)
-    for key in batch.step():
-      results[key] = [np.asarray(x) for x in batch.pop(key)]
-    if not batch.keys():
-      break
-  assert sorted(results) == ["a", "b"]
-  for key, ids, sampling in (("a", short, first), ("b", long_, second)):
-    want = llm_lib.decode(llm, [ids], sampling)
-    for got, ref in zip(results[key], want):
-      np.testing.assert_array_equal(got, ref)
-  # Some row of the late request wrote past the first request's cache.
-  written = (results["b"][0][0] != 0).sum(axis=-1) + len(long_)
-  assert written.max() > size(request.cache)
 
-
-def test_joined_requests_may_need_more_model_rows_than_the_first_had(tiny):
-  """The first request has 8 rows (padded to 64 model rows); a request of
-  64 more rows joins, and its rows diverge: the batch then needs 72 model
-  rows. It once capped them at the first request's 64, so that no step fit
-  and the batch stepped zero steps forever. Both requests sample what they
-  would alone."""
+@pytest.mark.slow
+def test_a_joining_request_may_need_more_cache_and_model_rows(tiny):
+  """The first request: one short prompt, 8 rows (padded to 64 model rows,
+  a 64-slot cache). The request that joins has a prompt long enough to need
+  more cache slots, and 64 rows that diverge: the batch then needs more
+  model rows and slots than the first request's. (It once capped both at
+  the first request's, so that no step fit and the batch stepped zero
+  steps forever, and shared the joined rows' model rows as if all its
+  prompts were equal.) Both requests sample what they would alone."""
   from arithmetic_decoding.compaction import Compacted
   llm = tiny["llama"]
   first = SamplingParams(n=8, temperature=1.0, max_new_tokens=24, seed=3)
-  second = SamplingParams(n=8, temperature=1.0, max_new_tokens=12, seed=4)
+  second = SamplingParams(n=16, temperature=1.0, max_new_tokens=40, seed=4)
   ids_a = _ids(llm, ["h"])
-  ids_b = _ids(llm, [p + " " + q for p in PROMPTS["llama"]
-                     for q in ("he", "eh")])
+  ids_b = _ids(llm, PROMPTS["llama"][:3] + ["he eh hehe ehe h " * 3])
   request, layout = llm_lib.llm_request(llm, ids_a, first)
   late = llm_lib.llm_request(llm, ids_b, second)[0]
+  size = layout.growth.size_of
+  assert size(late.cache) > size(request.cache)  # the cases under test
   batch = Compacted(request, layout, llm_lib.LLM_COMPACTION, key="a")
   results, most = {}, 0
   for segment in range(40):
@@ -268,8 +234,12 @@ def test_joined_requests_may_need_more_model_rows_than_the_first_had(tiny):
     if not batch.keys():
       break
   assert sorted(results) == ["a", "b"]
-  assert most > 64  # the case under test
+  assert most > 64
   for key, ids, sampling in (("a", ids_a, first), ("b", ids_b, second)):
     want = llm_lib.decode(llm, ids, sampling)
     for got, ref in zip(results[key], want):
       np.testing.assert_array_equal(got, ref)
+  # Some row of the long prompt (its tokens and the prompt's: decodes hold
+  # both) wrote past the first request's cache.
+  written = (results["b"][0][3] != 0).sum(axis=-1)
+  assert written.max() > size(request.cache)

@@ -293,7 +293,8 @@ def decoder_meshes(tmp_path_factory):
 def test_decoder_only_samples_identical_on_every_mesh(decoder_meshes, arch,
                                                       method):
   """Prompts of different lengths, prefilled and decoded from their own
-  initial_index: the same samples on data meshes of 1, 4 and 8 devices;
+  initial_index: the same samples on data meshes of 1 and 8 devices (two
+  rows of an input's four on each);
   with a model axis (2x2, 4x2, 2x4: heads, feed-forward and vocabulary
   split; Gemma's one key/value head replicated) at least 99% of tokens
   agree, for every method. With a model axis the shards' loops run the
@@ -310,7 +311,7 @@ def test_decoder_only_samples_identical_on_every_mesh(decoder_meshes, arch,
     # than K beams: the rest are empty, scored -1e7, as in T5X).
     real = scores[b] > -1e6
     assert real.any() and np.all(ref[b][real][:, :n] == prompts[b, :n])
-  for shape in ("4x1", "8x1"):
+  for shape in ("8x1",):
     np.testing.assert_array_equal(
         decoder_meshes[f"{arch}/{method}/{shape}/tokens"], ref, err_msg=shape)
     _close_log_probs(decoder_meshes[f"{arch}/{method}/{shape}/scores"],
