@@ -115,7 +115,7 @@ test-t5x: $(VENV_T5X)/.installed
 # the same GGUF files. REQUIRE_LLM_RUNTIME=1: a missing runtime fails.
 test-llm: $(VENV)/.llm-runtime-installed
 	REQUIRE_LLM_RUNTIME=1 $(PY) -m pytest -q -rs -p no:cacheprovider \
-	  tests/integration_llm
+	  -n 2 --dist loadscope --max-worker-restart 0 tests/integration_llm
 
 # llama.cpp (llama-cpp-python, compiled from source here) in an environment
 # of its own: the peer of scripts/bench_server.py --peer and

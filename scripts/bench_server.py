@@ -4,6 +4,7 @@ and llama.cpp's server, on loopback.
     python scripts/bench_server.py                       # ours + offline
     python scripts/bench_server.py --peer                # and llama.cpp
     python scripts/bench_server.py --clients 1 4 16 --requests 16
+    python scripts/bench_server.py --peer --no_ours   # llama.cpp, offline
 
 The workload: `--requests` chat requests, each a prompt of a mixed set (16
 prompts of 3 to 60 words) asking n = 8 completions of at most 64 tokens at
@@ -23,7 +24,8 @@ servers it starts itself, on 127.0.0.1 only.
   the file is (Q4_1 for SmolLM2), and on a float32 copy of it (the
   precision we compute in; `bench_llm_engine.f32_copy`). It serves one
   request at a time and returns one completion per request, so each of our
-  requests is n = 1 requests there.
+  requests is n = 1 requests there; its throughput does not depend on the
+  clients, so it runs at --peer_clients (16) only.
 
 Per configuration: generated tokens/s over the wall time, p50 / p99
 request latency, failed requests. Appends one JSON record per
@@ -174,6 +176,12 @@ def main(argv=None):
   parser.add_argument("--n", type=int, default=8)
   parser.add_argument("--max_tokens", type=int, default=64)
   parser.add_argument("--peer", action="store_true")
+  parser.add_argument("--peer_clients", nargs="+", type=int, default=[16],
+                      help="llama.cpp serves one request at a time: its "
+                      "throughput does not depend on the clients")
+  parser.add_argument("--no_ours", action="store_true",
+                      help="only the peer and offline (ours as recorded)")
+  parser.add_argument("--no_offline", action="store_true")
   parser.add_argument("--out", default=str(OUT))
   args = parser.parse_args(argv)
   from arithmetic_apps import llms  # pylint: disable=g-import-not-at-top
@@ -190,10 +198,10 @@ def main(argv=None):
       f.write(json.dumps(record) + "\n")
 
   env = dict(os.environ, JAX_PLATFORMS="cpu")
-  servers = [("ours (float32)", [sys.executable, "-m",
-                                 "arithmetic_apps.server", "--model",
-                                 "smollm2-135m", "--max-n", str(args.n)],
-              "smollm2-135m", False)]
+  servers = [] if args.no_ours else [
+      ("ours (float32)", [sys.executable, "-m", "arithmetic_apps.server",
+                          "--model", "smollm2-135m", "--max-n", str(args.n)],
+       "smollm2-135m", False)]
   scratch = tempfile.TemporaryDirectory()
   if args.peer:
     if not PEER_PYTHON.exists():
@@ -217,19 +225,22 @@ def main(argv=None):
     url = f"http://127.0.0.1:{port}"
     try:
       _wait_up(url + "/v1/models", proc)
+      # Warm-up: ours compiles what the timed runs need (the whole load);
+      # llama.cpp compiles nothing (one request).
       run_load(url + "/v1", model, max(args.clients), _requests(
-          args.requests), args.n, args.max_tokens, split)  # warm-up
+          1 if split else args.requests), args.n, args.max_tokens, split)
       if proc.poll() is not None:
         raise SystemExit(f"{name} exited ({proc.returncode}) during the "
                          "warm-up")
-      for clients in args.clients:
+      for clients in (args.peer_clients if split else args.clients):
         keep(dict(server=name, **run_load(
             url + "/v1", model, clients, _requests(args.requests), args.n,
             args.max_tokens, split), **common))
     finally:
       proc.terminate()
       proc.wait(60)
-  for record in offline(args.requests, args.n, args.max_tokens):
+  for record in ([] if args.no_offline else
+                 offline(args.requests, args.n, args.max_tokens)):
     keep(dict(record, **common))
   print(f"{'server':28} {'clients':>7} {'tok/s':>8} {'p50 s':>7} "
         f"{'p99 s':>7} {'failed':>6}")
@@ -239,8 +250,11 @@ def main(argv=None):
           f"{r.get('p50_s') or '-':>7} {r.get('p99_s') or '-':>7} "
           f"{r.get('failed', 0):>6}")
   ours = {r["clients"]: r for r in records if r["server"].startswith("ours")}
-  best_offline = max(r["tokens_per_second"] for r in records
-                     if r["server"] == "offline generate")
+  offline_tps = [r["tokens_per_second"] for r in records
+                 if r["server"] == "offline generate"]
+  if not ours or not offline_tps:
+    return
+  best_offline = max(offline_tps)
   top = max(ours)
   print(f"ours at {top} clients: {ours[top]['tokens_per_second']} tok/s = "
         f"{ours[top]['tokens_per_second'] / best_offline:.0%} of offline "

@@ -95,9 +95,11 @@ KINDS = ("plain", "neg_inf", "ties", "one_hot", "irregular", "all_neg_inf_row")
 def test_equals_jax_random_categorical_on_every_branch():
   rng = np.random.default_rng(0)
   branches = set()
+  # Few shapes (each compiles its programs), many values: the branch a row
+  # takes follows its values.
   for trial in range(90):
-    rows = int(rng.choice([1, 8, 33]))
-    vocab = int(rng.choice([2, 16, 17, 1000, 4099]))
+    rows = int(rng.choice([1, 33]))
+    vocab = int(rng.choice([2, 17, 4099]))
     scale = float(rng.choice([0.3, 2.0, 8.0, 30.0, 200.0]))
     kind = KINDS[trial % len(KINDS)]
     x = jnp.asarray(_case(rng, rows, vocab, scale, kind))
@@ -127,10 +129,10 @@ def test_rows_sharing_logits_draw_what_their_own_copies_draw():
   branch."""
   rng = np.random.default_rng(3)
   branches = set()
-  for trial in range(40):
-    shared = int(rng.choice([1, 5, 16]))
-    rows = int(rng.choice([8, 33, 64]))
-    vocab = int(rng.choice([17, 1000, 4099]))
+  for trial in range(40):  # few shapes, many values (as above)
+    shared = int(rng.choice([1, 5]))
+    rows = int(rng.choice([33, 64]))
+    vocab = int(rng.choice([17, 4099]))
     scale = float(rng.choice([1.0, 8.0, 30.0, 200.0]))
     kind = KINDS[trial % len(KINDS)]
     x = jnp.asarray(_case(rng, shared, vocab, scale, kind))
