@@ -589,7 +589,10 @@ step function and context, the same decode key, and a layout whose rows
 are independent (`RowLayout.groups` 1). Its rows then draw exactly what
 they would in a batch of their own (`choosers.Noise.POSITION`: a row's
 noise is its own), and the model computes each row by itself
-(`docs/engine.md`, batch invariance).
+(`docs/engine.md`, batch invariance). Its prompt and token limit may be
+longer than any request's in the batch: the cache grows to the longest
+need, the model rows to all the batch's rows, and its samples share model
+rows only with samples of the same input.
 
 `run_compacted` runs one request to its end.
   """
