@@ -55,7 +55,9 @@ def main(argv=None) -> int:
   ci_counts = {"passed": 0, "failed": 0, "skipped": 0}
   with tempfile.TemporaryDirectory() as tmp:
     report = pathlib.Path(tmp) / "junit.xml"
-    env = dict(os.environ,
+    compile_log = pathlib.Path(tmp) / "compiles"
+    compile_log.mkdir()
+    env = dict(os.environ, ARITHMETIC_TEST_COMPILE_LOG=str(compile_log),
                PYTEST_ADDOPTS=f"--junitxml={report} -o junit_family=xunit1")
     start = time.monotonic()
     if args.tier == "ci":
@@ -98,6 +100,7 @@ def main(argv=None) -> int:
                    "skipped" if case.find("skipped") is not None else
                    "passed")
         cases.append((float(case.get("time") or 0), name, outcome))
+    compiles = _compile_totals(compile_log, args.top)
   cases.sort(reverse=True)
   counts = {k: sum(o == k for _, _, o in cases)
             for k in ("passed", "failed", "skipped")}
@@ -118,11 +121,19 @@ def main(argv=None) -> int:
                          for t, n, _ in cases[:args.top]],
                 modules=[dict(seconds=round(t, 1), module=m)
                          for m, t in modules],
+                compiles=compiles,
                 cpu=cpu_name(), cores=os.cpu_count())
   for seconds, name, _ in cases[:args.top]:
     print(f"{seconds:8.1f} s  {name}")
   for module, seconds in modules:
     print(f"{seconds:8.1f} s  {module} (module)")
+  if compiles:
+    print(f"in the test processes: tracing {compiles['trace'] / 60:.1f} min, "
+          f"lowering {compiles['lower'] / 60:.1f} min, compiling "
+          f"{compiles['compile'] / 60:.1f} min ({compiles['compile_count']} "
+          f"programs, {compiles['cache_hit_count']} of them from the "
+          f"persistent cache); compiled programs cleared after "
+          f"{compiles['cleared']} tests")
   print(json.dumps(record))
   if args.out:
     with open(args.out, "a") as f:
@@ -133,6 +144,35 @@ def main(argv=None) -> int:
         f"{counts['skipped']} skipped; the tests' own times sum to "
         f"{record['test_seconds'] / 60:.1f} min")
   return 0 if done.returncode == 0 else 1
+
+
+def _compile_totals(folder: pathlib.Path, top: int):
+  """The test processes' compile logs (tests/conftest.py) summed: seconds
+  tracing, lowering and compiling, programs compiled and taken from the
+  persistent cache, tests after which the programs were cleared, and the
+  modules that compile longest. None where no test process wrote one (the
+  `ci` tier; subprocesses a test starts are not counted)."""
+  lines = [json.loads(line) for path in sorted(folder.glob("*.jsonl"))
+           for line in path.read_text().splitlines()]
+  if not lines:
+    return None
+  total = {key: round(sum(l.get(key, 0) for l in lines), 1)
+           for key in ("trace", "lower", "compile", "cache_hit_seconds")}
+  total["compile_count"] = sum(l.get("compile_count", 0) for l in lines)
+  total["cache_hit_count"] = sum(l.get("cache_hit_seconds_count", 0)
+                                 for l in lines)
+  total["cleared"] = sum(bool(l["cleared"]) for l in lines)
+  modules = {}  # compile seconds per module, and the tests that compile most
+  for l in lines:
+    module = l["test"].split("::")[0]
+    modules[module] = modules.get(module, 0.0) + l.get("compile", 0)
+  total["modules"] = [dict(seconds=round(t, 1), module=m) for m, t in
+                      sorted(modules.items(), key=lambda kv: -kv[1])[:top]]
+  lines.sort(key=lambda l: -l.get("compile", 0))
+  total["tests"] = [dict(seconds=round(l.get("compile", 0), 1),
+                         programs=l.get("compile_count", 0), test=l["test"])
+                    for l in lines[:top]]
+  return total
 
 
 if __name__ == "__main__":

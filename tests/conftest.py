@@ -7,14 +7,24 @@
   (Derandomized: each profile runs the same examples every time.)
 * JAX runs on the CPU (JAX_PLATFORMS=cpu unless set): with libtpu installed
   for the AOT tests, jax would otherwise probe for TPU chips first.
-* One run shares JAX's persistent compilation cache: a program that takes
-  more than half a second to compile is compiled once per run, whichever
-  pytest worker or subprocess needs it first (the directory is made by the
-  process that starts the run, inherited by its workers through the
-  environment, and removed at its end).
+* One run shares JAX's persistent compilation cache: a program is compiled
+  once per run, whichever pytest worker or subprocess needs it first (the
+  directory is made by the process that starts the run, inherited by its
+  workers through the environment, and removed at its end). Every program
+  is kept, however quick its compile: the tiers compile thousands of small
+  ones (eager operations on new shapes), and of those in `make test-fast`
+  about a fifth are taken from the cache instead (`scripts/test_budget.py`
+  prints the count).
+* ARITHMETIC_TEST_COMPILE_LOG=FOLDER: each process appends one JSON line
+  per test to FOLDER/PID.jsonl: its seconds spent tracing, lowering and
+  compiling (persistent-cache hits and their seconds apart), and whether
+  the compiled programs were cleared after it. `scripts/test_budget.py`
+  sets it and sums it (a tier's time is mostly compiles).
 """
 
 import atexit
+import collections
+import json
 import os
 import shutil
 import tempfile
@@ -27,7 +37,7 @@ if "ARITHMETIC_TEST_JAX_CACHE" not in os.environ:
                   ignore_errors=True)
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
                       os.environ["ARITHMETIC_TEST_JAX_CACHE"])
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 import jax  # noqa: E402
 import pytest
@@ -36,6 +46,23 @@ from hypothesis import HealthCheck, settings
 from arithmetic_apps import programs
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
+
+# jax.monitoring's events -> the compile log's fields.
+_COMPILE_EVENTS = {
+    "/jax/core/compile/jaxpr_trace_duration": "trace",
+    "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower",
+    "/jax/core/compile/backend_compile_duration": "compile",
+    "/jax/compilation_cache/cache_retrieval_time_sec": "cache_hit_seconds",
+}
+_spent = collections.Counter()
+_COMPILE_LOG = os.environ.get("ARITHMETIC_TEST_COMPILE_LOG")
+if _COMPILE_LOG:
+  def _on_duration(event, duration_secs, **_):
+    if event in _COMPILE_EVENTS:
+      _spent[_COMPILE_EVENTS[event]] += duration_secs
+      _spent[_COMPILE_EVENTS[event] + "_count"] += 1
+
+  jax.monitoring.register_event_duration_secs_listener(_on_duration)
 
 settings.register_profile(
     "ci", max_examples=1_000, deadline=None, derandomize=True,
@@ -83,6 +110,12 @@ def pytest_configure(config):
 # cleared; below it they are kept, so tests that run the same programs (the
 # translator's, at the same shapes) compile them once.
 @pytest.fixture(autouse=True)
-def _compiled_programs_kept_in_bounds():
+def _compiled_programs_kept_in_bounds(request):
+  before = collections.Counter(_spent)
   yield
-  programs.release_if_many()
+  cleared = programs.release_if_many()
+  if _COMPILE_LOG:
+    spent = {k: round(v, 3) for k, v in (_spent - before).items()}
+    with open(os.path.join(_COMPILE_LOG, f"{os.getpid()}.jsonl"), "a") as f:
+      f.write(json.dumps(dict(test=request.node.nodeid, cleared=cleared,
+                              **spent)) + "\n")

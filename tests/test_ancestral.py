@@ -129,9 +129,11 @@ def test_rows_sharing_logits_draw_what_their_own_copies_draw():
   branch."""
   rng = np.random.default_rng(3)
   branches = set()
+  # 12 shapes (each compiles its programs), many values: the branch a row
+  # takes follows its values.
   for trial in range(40):
-    shared = int(rng.choice([1, 5, 16]))
-    rows = int(rng.choice([8, 33, 64]))
+    shared = int(rng.choice([1, 5]))
+    rows = int(rng.choice([33, 64]))
     vocab = int(rng.choice([17, 1000, 4099]))
     scale = float(rng.choice([1.0, 8.0, 30.0, 200.0]))
     kind = KINDS[trial % len(KINDS)]

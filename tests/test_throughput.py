@@ -76,8 +76,7 @@ def whole_decode(translator, sources, first, n, temperature, method):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("first,inputs,n,temperature", [
-    (0, 4, 16, 0.5),     # 64 rows, mixed verses
-    (40, 8, 8, 1.0),     # 64 rows
+    (40, 8, 8, 1.0),     # 64 rows, mixed verses
     (115, 1, 64, 0.2),   # one verse x 64
     (60, 8, 16, 0.5),    # 128 rows
     (200, 24, 2, 0.8),   # 48 rows: below min_rows, the full cache
@@ -297,15 +296,16 @@ def test_experiments_paper_quick_run(tmp_path):
 def test_time_minor_cache_equals_t5x_layout(translator):
   """The default T5X-layout cache (select write, full cache) and the
   translator's time-minor cache (slice write, growing cache) decode the
-  same tokens and log-probabilities, bit for bit."""
+  same tokens and log-probabilities, bit for bit. (At the shapes of a
+  growing-cache case above: 8 verses x 8, whose program is compiled once.)"""
   from arithmetic_decoding.models import EncoderDecoderModel  # pylint: disable=g-import-not-at-top
   t5x_layout = EncoderDecoderModel(translator.model.config)
   test = load_split("test")
-  tokens = translator.encode([v.source for v in test[10:14]])
+  tokens = translator.encode([v.source for v in test[40:48]])
   for method in (Method.ARITHMETIC, Method.ANCESTRAL):
     out = [_decode(translator.params, tokens, jax.random.PRNGKey(3),
                    jnp.float32(0.5), None, model=model, method=method,
-                   num_decodes=16, length=translator.max_decode_len)
+                   num_decodes=8, length=translator.max_decode_len)
            for model in (t5x_layout, translator.model)]
     np.testing.assert_array_equal(out[0][0], out[1][0])
     np.testing.assert_array_equal(out[0][1], out[1][1])
@@ -337,8 +337,7 @@ def _rows_must_drop(steps: np.ndarray, classes: int,
 
 @pytest.mark.slow
 @pytest.mark.parametrize("first,inputs,n,temperature,method,compaction", [
-    (0, 8, 16, 0.5, Method.ARITHMETIC, UNSHARED),   # 128 rows -> 64
-    (0, 8, 16, 0.5, Method.ARITHMETIC, Compaction()),
+    (0, 8, 16, 0.5, Method.ARITHMETIC, Compaction()),  # 128 rows -> 64
     (30, 4, 32, 0.5, Method.ANCESTRAL, Compaction(4, 4, share_prefixes=False)),
     (30, 4, 32, 0.5, Method.ANCESTRAL, Compaction(4, 4)),
     (10, 16, 8, 0.0, Method.GREEDY, Compaction()),
