@@ -53,6 +53,7 @@ def main(argv=None) -> int:
   if dirty.strip():
     commit += "+changes"
   ci_counts = {"passed": 0, "failed": 0, "skipped": 0}
+  parts = {}  # ci: each make target's pytest summary
   with tempfile.TemporaryDirectory() as tmp:
     report = pathlib.Path(tmp) / "junit.xml"
     compile_log = pathlib.Path(tmp) / "compiles"
@@ -79,10 +80,13 @@ def main(argv=None) -> int:
       proc = subprocess.Popen([".ci/run"], cwd=clone, env=env, text=True,
                               stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT)
+      part = "make test"
       for line in proc.stdout:  # echoed, and pytest's summaries kept
         print(line, end="", flush=True)
+        part = _part(line, part)
         summary = _SUMMARY.search(line)
         if summary:
+          parts[part] = _duration(line.strip(" =\n"))
           for kind in ("passed", "failed", "skipped"):
             found = re.search(rf"(\d+) {kind}", line)
             ci_counts[kind] += int(found.group(1)) if found else 0
@@ -123,6 +127,8 @@ def main(argv=None) -> int:
                          for m, t in modules],
                 compiles=compiles,
                 cpu=cpu_name(), cores=os.cpu_count())
+  if parts:
+    record["parts"] = parts
   for seconds, name, _ in cases[:args.top]:
     print(f"{seconds:8.1f} s  {name}")
   for module, seconds in modules:
@@ -144,6 +150,45 @@ def main(argv=None) -> int:
         f"{counts['skipped']} skipped; the tests' own times sum to "
         f"{record['test_seconds'] / 60:.1f} min")
   return 0 if done.returncode == 0 else 1
+
+
+# The make targets .ci/run runs, told apart by the pytest command make
+# echoes before each (their recipes in the Makefile); t5x's log is printed
+# after a header line.
+# (make test's command names tests/integration_llm too, to ignore it.)
+_PARTS = (("---- make test-t5x", "make test-t5x"),
+          ("pytest -q -rs checks", "make check-results"),
+          ("--doctest-modules", "make test"),
+          ("tests/integration_llm", "make test-llm"))
+
+
+def _part(line: str, current: str) -> str:
+  """The make target a line of .ci/run's output belongs to.
+
+  >>> _part(".venv/bin/python -m pytest -q -rs checks", "make test")
+  'make check-results'
+  >>> _part("..F.   [100%]", "make check-results")
+  'make check-results'
+  >>> _part("python -m pytest --doctest-modules tests "
+  ...       "--ignore=tests/integration_llm", "make test")
+  'make test'
+  """
+  for marker, target in _PARTS:
+    if marker in line:
+      return target
+  return current
+
+
+def _duration(summary: str) -> str:
+  """pytest's summary with its seconds as m:ss where it printed both.
+
+  >>> _duration("669 passed, 4 skipped in 1378.12s (0:22:58)")
+  '669 passed, 4 skipped in 22:58'
+  >>> _duration("4 passed in 7.58s")
+  '4 passed in 7.58s'
+  """
+  found = re.match(r"(.* in )[\d.]+s \((?:0:)?([\d:]+)\)$", summary)
+  return found.group(1) + found.group(2) if found else summary
 
 
 def _compile_totals(folder: pathlib.Path, top: int):
