@@ -184,10 +184,12 @@ def _duration(summary: str) -> str:
 
   >>> _duration("669 passed, 4 skipped in 1378.12s (0:22:58)")
   '669 passed, 4 skipped in 22:58'
+  >>> _duration("32 passed in 353.02s (0:05:53)")
+  '32 passed in 5:53'
   >>> _duration("4 passed in 7.58s")
   '4 passed in 7.58s'
   """
-  found = re.match(r"(.* in )[\d.]+s \((?:0:)?([\d:]+)\)$", summary)
+  found = re.match(r"(.* in )[\d.]+s \((?:0:0?)?([\d:]+)\)$", summary)
   return found.group(1) + found.group(2) if found else summary
 
 
