@@ -71,8 +71,13 @@ PROMPT_BUCKET = 16
 # XLA:CPU attention over fewer positions takes other kernels.
 MIN_SLOTS = 64
 # The compacted scheduler of the LLM entry points: at least 64 model rows
-# at every step, whatever the batch (`Compaction.pad_small`).
-LLM_COMPACTION = Compaction(pad_small=True)
+# at every step, whatever the batch (`Compaction.pad_small`), and rows kept
+# in multiples of 64 (512 rows go 512, 448, 384, ... as samples end, not
+# 512, 256, 128: `geometric` kept every row of a 512-row decode to its end
+# while more than half were still decoding; docs/engine.md measures the
+# difference). The samples are the same: a row's logits do not depend on
+# how many rows from 64 up it is decoded among.
+LLM_COMPACTION = Compaction(pad_small=True, geometric=False, multiple=64)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
