@@ -9,10 +9,14 @@ The workload (the same call in both checkouts): 8 chat prompts x N samples
 (--n: 16, 64) at each temperature (--temperatures: 0.4, 0.8, 1.0), by
 arithmetic and ancestral sampling, `llm.generate(..., max_new_tokens=64)`
 with the model's stop tokens honoured, seed 0, float32, for each model
-(--models: SmolLM2-135M, Gemma 3 270M). For each N and method the first
-temperature runs once untimed (compiling the programs that the timed runs
-need; a shape it did not meet compiles inside a timed run), then every
-temperature once timed.
+(--models: SmolLM2-135M, Gemma 3 270M). Each configuration runs twice in
+a row: the first call compiles what it needs (its seconds are kept as
+`first_seconds`), the second is timed warm (`protocol: "warm"`). Records
+without a protocol ran each (N, method) once untimed at the first
+temperature only, so a later temperature's timed run compiled the shapes
+that the first had not met inside its time: a handicap for the compacted
+scheduler, whose shapes depend on when samples end (the fused loop of the
+code before is one program at every temperature).
 
 * after: this checkout's HEAD (the compacted scheduler: ended rows
   dropped, a prompt prefilled once for its samples, prefixes shared).
@@ -38,8 +42,11 @@ temperature once timed.
   ships it (quantized: Q4_1 for SmolLM2, Q4_K_M for Gemma 3), and on a
   float32 copy of it (the weights we compute with: the same precision).
 
-Records are appended to --out as they finish (one per checkout, model and
-configuration) and a rerun skips those present, so a killed run resumes.
+Records are appended to --out as they finish (one per checkout, model,
+configuration and kind of CPU) and a rerun skips those present on this
+kind of CPU, so a killed run resumes. Speeds are compared only between
+records of one kind of CPU (the table here: this machine's; docs/engine.md:
+the kind of the newest "after" record).
 Prints a table of before/after per configuration and a one-line summary.
 """
 
@@ -66,8 +73,10 @@ PROMPTS = ["Name a fruit.", "Write a short poem about the sea.",
 
 
 def _key(record) -> tuple:
+  """A configuration measured on one kind of CPU: a rerun on another kind
+  measures it again (speeds are compared on one host only)."""
   return (record["version"], record["commit"], record["model"], record["n"],
-          record["temperature"], record["method"])
+          record["temperature"], record["method"], record.get("host"))
 
 
 def worker(args) -> None:
@@ -102,18 +111,19 @@ def worker(args) -> None:
 
   for n in args.n:
     for method in ("arithmetic", "ancestral"):
-      warm = False
       for temperature in args.temperatures:
         record = dict(version=args.version, commit=args.commit,
                       model=args.model, n=n, temperature=temperature,
-                      method=method)
+                      method=method, host=cpu_name())
         if _key(record) in done:
           continue
-        if not warm:  # compiles what the timed runs need
-          run(n, args.temperatures[0], method)
-          warm = True
+        # The same call twice: the first compiles what it needs (the
+        # compacted scheduler's shapes depend on when samples end), the
+        # second is timed warm.
+        first = run(n, temperature, method)[0]
         seconds, tokens, row_steps = run(n, temperature, method)
         record.update(
+            protocol="warm", first_seconds=round(first, 3),
             prompts=len(PROMPTS), max_new_tokens=64, seconds=round(seconds, 3),
             tokens=tokens, tokens_per_second=round(tokens / seconds, 1),
             row_steps=row_steps,
@@ -171,7 +181,7 @@ def peer(args) -> None:
           for temperature in args.temperatures:
             record = dict(version=f"llama.cpp {label}", commit="peer",
                           model=model, n=n, temperature=temperature,
-                          method="ancestral")
+                          method="ancestral", host=cpu_name())
             if _key(record) in done:
               continue
             if path == full and not os.path.exists(full):
@@ -226,12 +236,13 @@ def _spawn(checkout: pathlib.Path, version: str, commit: str, model: str,
 
 
 def summary(path, commits) -> dict:
-  """before/after per configuration (the latest record of each)."""
+  """before/after per configuration (the latest record of each, on this
+  kind of CPU)."""
   latest = {}
   for line in open(path):
     if line.strip():
       r = json.loads(line)
-      if r["commit"] in commits:
+      if r["commit"] in commits and r.get("host") == cpu_name():
         latest[(r["version"], r["model"], r["n"], r["temperature"],
                 r["method"])] = r
   rows = []

@@ -142,10 +142,16 @@ def experiments_speed_row() -> str:
 
 
 def _engine_records() -> Dict[tuple, dict]:
+  """The latest record of each configuration, all from one kind of CPU:
+  the host of the newest "after" record (speeds of two hosts are never
+  compared; the other hosts' records stay in the file)."""
+  records = _jsonl(RESULTS / "llm" / "bench_engine.jsonl")
+  host = [r for r in records if r["version"] == "after"][-1]["host"]
   latest = {}
-  for r in _jsonl(RESULTS / "llm" / "bench_engine.jsonl"):
-    latest[(r["version"], r["model"], r["n"], r["temperature"],
-            r["method"])] = r
+  for r in records:
+    if r["host"] == host:
+      latest[(r["version"], r["model"], r["n"], r["temperature"],
+              r["method"])] = r
   return latest
 
 
@@ -337,11 +343,33 @@ def test_tiers() -> str:
   return "\n".join(lines)
 
 
+def engine_rounding_table() -> str:
+  """docs/engine.md: rows kept in multiples of 64 against 8 x 2^k."""
+  latest = {}
+  for r in _jsonl(RESULTS / "llm" / "bench_rounding.jsonl"):
+    latest[(r["variant"], r["method"], r["n"], r["temperature"])] = r
+  lines = ["| variant | method | N | T | warm s | first call s (compiles "
+           "included) | model row-steps | same samples as geometric |",
+           "|---|---|---:|---:|---:|---:|---:|---|"]
+  for (variant, method, n, t), r in sorted(
+      latest.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+    base = latest.get(("geometric", method, n, t))
+    same = ("yes" if base and base["checksum"] == r["checksum"] else
+            "no" if base else "-")
+    lines.append(f"| {variant} | {method} | {n} | {t} | {r['warm_seconds']} "
+                 f"| {r['first_seconds']} | {r['row_steps']:,} | {same} |")
+  hosts = sorted({r["host"] for r in latest.values()})
+  lines.append("")
+  lines.append(f"Measured on: {'; '.join(hosts)}.")
+  return "\n".join(lines)
+
+
 BLOCKS: Dict[str, Callable[[], str]] = {
     "test-tiers": test_tiers,
     "rollouts-cost": rollouts_table,
     "readme-table": readme_table,
     "engine-benchmark": llm_engine_table,
+    "engine-rounding": engine_rounding_table,
     "server-benchmark": server_table,
 }
 

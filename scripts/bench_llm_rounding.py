@@ -1,0 +1,118 @@
+"""Benchmark: how the compacted scheduler rounds the rows it keeps, on an LLM.
+
+    python scripts/bench_llm_rounding.py                  # N = 64, T = 0.8
+    python scripts/bench_llm_rounding.py --n 16 --variants geometric multiple64
+
+The workload of `scripts/bench_llm_engine.py` (SmolLM2-135M, its 8 chat
+prompts x N samples, 64 new tokens, stop tokens honoured, float32), run
+through `llm.decode` with one `Compaction` per variant:
+
+* geometric: rows kept rounded up to 8 x 2^k (at least 64): a 512-row
+  decode keeps all 512 rows while more than 256 are still decoding;
+* multiple64: rows kept rounded up to a multiple of 64 (the LLM entry
+  points' `llm.LLM_COMPACTION`): 512, 448, 384, ... as samples end;
+* multiple64_seg4: the same with segments of 4 steps instead of 8 (rows
+  dropped twice as often, twice as many host round trips).
+
+Each (variant, method) runs twice in one process: the first call compiles
+what it needs (its seconds include those compiles), the second is timed
+warm. Both draw the same samples (`checksum`: the sum of the token ids),
+since a row's logits do not depend on how many rows it is decoded among.
+Records (with the CPU's name and the commit) are appended to --out as
+they finish; a rerun skips those present for this CPU and commit. Prints
+one JSON line per record and a one-line summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import subprocess
+import time
+
+import numpy as np
+
+from host import cpu_name  # scripts/host.py
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+OUT = ROOT / "results" / "llm" / "bench_rounding.jsonl"
+
+
+def variants():
+  from arithmetic_decoding.compaction import Compaction  # pylint: disable=g-import-not-at-top
+  return {
+      "geometric": Compaction(pad_small=True),
+      "multiple64": Compaction(pad_small=True, geometric=False, multiple=64),
+      "multiple64_seg4": Compaction(pad_small=True, geometric=False,
+                                    multiple=64, segment_steps=4),
+  }
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--n", type=int, default=64)
+  parser.add_argument("--temperature", type=float, default=0.8)
+  parser.add_argument("--variants", nargs="+",
+                      default=["geometric", "multiple64"])
+  parser.add_argument("--out", default=str(OUT))
+  args = parser.parse_args(argv)
+  from arithmetic_apps import llms  # pylint: disable=g-import-not-at-top
+  from arithmetic_decoding import llm as llm_lib  # pylint: disable=g-import-not-at-top
+  from bench_llm_engine import PROMPTS  # pylint: disable=g-import-not-at-top
+  commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                          capture_output=True, text=True).stdout.strip()
+  out = pathlib.Path(args.out)
+  done = set()
+  if out.exists():
+    for line in out.read_text().splitlines():
+      r = json.loads(line)
+      done.add((r["variant"], r["method"], r["n"], r["temperature"],
+                r["host"], r["commit"]))
+  host = cpu_name()
+  llm = llms.load("smollm2-135m", verbose=False)
+  _, ids, _ = llm_lib.prepare_prompts(llm, PROMPTS, 64, True)
+  table = variants()
+  for method in ("arithmetic", "ancestral"):
+    for name in args.variants:
+      if (name, method, args.n, args.temperature, host, commit) in done:
+        continue
+      sampling = llm_lib.SamplingParams(
+          n=args.n, method=method, temperature=args.temperature,
+          max_new_tokens=64)
+      seconds = []
+      for _ in range(2):  # first: with its compiles; second: warm
+        stats = {}
+        start = time.perf_counter()
+        decodes = llm_lib.decode(llm, ids, sampling, stats=stats,
+                                 compaction=table[name])[0]
+        seconds.append(time.perf_counter() - start)
+      record = dict(
+          variant=name, method=method, n=args.n,
+          temperature=args.temperature, first_seconds=round(seconds[0], 1),
+          warm_seconds=round(seconds[1], 1), row_steps=stats["row_steps"],
+          sample_row_steps=stats["sample_row_steps"],
+          segments=stats["segments"],
+          checksum=int(np.asarray(decodes, np.int64).sum()), host=host,
+          commit=commit)
+      with open(out, "a") as f:
+        f.write(json.dumps(record) + "\n")
+      print(json.dumps(record), flush=True)
+  records = [json.loads(line) for line in out.read_text().splitlines()]
+  mine = [r for r in records if r["host"] == host and r["n"] == args.n and
+          r["temperature"] == args.temperature]
+  by = {(r["variant"], r["method"]): r for r in mine}
+  parts = []
+  for method in ("arithmetic", "ancestral"):
+    base, new = by.get(("geometric", method)), by.get(("multiple64", method))
+    if base and new:
+      parts.append(
+          f"{method}: warm {base['warm_seconds']} -> {new['warm_seconds']} s,"
+          f" row-steps {base['row_steps']} -> {new['row_steps']}, same "
+          f"samples: {base['checksum'] == new['checksum']}")
+  print(f"rounding (SmolLM2, N = {args.n}, T = {args.temperature}, {host}): "
+        + "; ".join(parts))
+
+
+if __name__ == "__main__":
+  main()
