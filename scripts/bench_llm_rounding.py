@@ -40,12 +40,14 @@ OUT = ROOT / "results" / "llm" / "bench_rounding.jsonl"
 
 
 def variants():
-  from arithmetic_decoding.compaction import Compaction  # pylint: disable=g-import-not-at-top
+  """The variants, each `llm.LLM_COMPACTION` with one thing changed."""
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  from arithmetic_decoding.llm import LLM_COMPACTION  # pylint: disable=g-import-not-at-top
+  change = lambda **kw: dataclasses.replace(LLM_COMPACTION, **kw)
   return {
-      "geometric": Compaction(pad_small=True),
-      "multiple64": Compaction(pad_small=True, geometric=False, multiple=64),
-      "multiple64_seg4": Compaction(pad_small=True, geometric=False,
-                                    multiple=64, segment_steps=4),
+      "geometric": change(geometric=True, multiple=8),
+      "multiple64": LLM_COMPACTION,
+      "multiple64_seg4": change(segment_steps=4),
   }
 
 
