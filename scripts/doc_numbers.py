@@ -329,7 +329,8 @@ def test_tiers() -> str:
     r = last.get(tier)
     measured = "not measured yet"
     if r:
-      counts = (f"; {r['passed']} passed, {r['skipped']} skipped"
+      failed = f", {r['failed']} failed" if r.get("failed") else ""
+      counts = (f"; {r['passed']} passed{failed}, {r['skipped']} skipped"
                 if r["passed"] else "")
       measured = (f"{r['wall_seconds'] / 60:.1f} min wall{counts} "
                   f"(at {r.get('commit', '?')}; {r['cpu']})")
