@@ -84,8 +84,6 @@ def run_meshes():
       tag = f"{method.value}/{shape[0]}x{shape[1]}"
       results[tag + "/tokens"] = np.asarray(out)
       results[tag + "/scores"] = np.asarray(scores)
-    if shape[1] == 1 and shape[0] > 1:
-      continue  # full-resolution codes: one device and the model splits
     fn, args = decode(mesh, Method.ARITHMETIC, params, tokens, key,
                       code_resolution=2.0**-22)
     out, scores = fn(*args)

@@ -98,18 +98,20 @@ def test_full_resolution_codes_are_mesh_sensitive(meshes):
   """Why the sharded default is code_resolution = 1/N: with every float32 bit
   of the code in use, a sample's tail depends on the last bits of the
   logits, which differ across meshes. Recorded, not hidden: the first
-  tokens still agree, later ones do not. Shown on the meshes that split
-  the model, whose all-reduces sum a row's logits in another order than
-  one device does (a data split changes only the local batch, whose effect
-  on the last bits depends on the machine's kernels)."""
+  tokens still agree on every mesh, later ones do not on the meshes that
+  split the model, whose all-reduces sum a row's logits in another order
+  than one device does. (A data split changes only the local batch; whether
+  that moves the last bits depends on the machine's kernels, so it is not
+  asserted.)"""
   ref = meshes["fullcode/1x1/tokens"]
-  for shape in MODEL_MESHES:
+  for shape in DATA_MESHES + MODEL_MESHES:
     tokens = meshes[f"fullcode/{shape}/tokens"]
     # Each input's first tokens (decided by the top bits of its codes) are
     # the same multiset; samples come sorted by log-prob, which may reorder.
     np.testing.assert_array_equal(np.sort(tokens[..., 0], axis=1),
                                   np.sort(ref[..., 0], axis=1))
-    assert np.mean(tokens == ref) < 0.9, shape
+    if shape in MODEL_MESHES:
+      assert np.mean(tokens == ref) < 0.9, shape
 
 
 @pytest.fixture(scope="module")
