@@ -3,6 +3,7 @@ against T5X's layout (`PER_SAMPLE`): the same samples, beams and log-probs,
 on one device through the T5X protocol and on 8 emulated devices through
 `make_sharded_decode`, with less memory."""
 
+import functools
 import json
 import os
 import pathlib
@@ -44,6 +45,13 @@ def _models(name):
   return {c: EncoderDecoderModel(preset(name), cross_kv=c) for c in CrossKV}
 
 
+@functools.lru_cache(maxsize=None)
+def _params(name):
+  """The random parameters of preset `name` (both layouts read the same
+  tree), made once per test process: mT5-small's 300M take seconds."""
+  return EncoderDecoderModel(preset(name)).init(jax.random.PRNGKey(0))
+
+
 def _decode(model, params, tokens, method, n, length, temperature=1.0):
   inputs, cache, fn = model.decode_inputs(params, tokens, length, n)
   key = jax.random.PRNGKey(5)
@@ -71,7 +79,7 @@ def _decode(model, params, tokens, method, n, length, temperature=1.0):
 def test_protocol_path_gives_t5x_style_outputs(name, n, length, temperature,
                                                method):
   models = _models(name)
-  params = models[CrossKV.PER_INPUT].init(jax.random.PRNGKey(0))
+  params = _params(name)
   tokens = np.array(jax.random.randint(jax.random.PRNGKey(1), (3, 9), 2, 60))
   tokens[1, 6:] = 0  # padding must stay invisible in both layouts
   out = {c: jax.jit(lambda p, t, m=m: _decode(m, p, t, method, n, length,
@@ -131,7 +139,7 @@ def test_per_sample_layout_holds_what_per_input_does_not():
   n, batch, source, length = 32, 2, 64, 8
   cfg = preset("tiny")
   models = _models("tiny")
-  params = models[CrossKV.PER_INPUT].init(jax.random.PRNGKey(0))
+  params = _params("tiny")
   tokens = jnp.ones((batch, source), jnp.int32) * 3
   temp = {}
   for c, m in models.items():
@@ -198,7 +206,7 @@ def test_sharded_decodes_match_t5x_style(sharded, case, method):
   atol = 1e-5 / (1.0 if method == "beam" else temperature)
   if name == "small" and method == "arithmetic":
     model = EncoderDecoderModel(preset(name), cross_kv=CrossKV.PER_SAMPLE)
-    params = model.init(jax.random.PRNGKey(0))
+    params = _params(name)
     encoder_tokens = sharded[
         f"{name}/{shape[0]}x{shape[1]}/b{batch}/n{n}/encoder_tokens"]
     for out in ((shared, shared_scores), (t5x, t5x_scores)):
