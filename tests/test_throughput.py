@@ -14,6 +14,7 @@
   shift; the samples come back in code order.
 """
 
+import itertools
 import json
 import pathlib
 import sys
@@ -103,15 +104,16 @@ def test_below_min_rows_the_growing_cache_is_the_full_cache(translator):
   cache: the program asked for a growing cache is, op for op, the one
   without it; at `min_rows` (64) it is not (it grows)."""
   sources = [v.source for v in load_split("test")[200:224]]
-  for inputs, n, same in [(24, 2, True), (8, 8, False)]:
+  for (inputs, n, same), method in itertools.product(
+      [(24, 2, True), (8, 8, False)], [Method.ARITHMETIC, Method.ANCESTRAL]):
     tokens = translator.encode(sources[:inputs])
     text = [_decode.lower(translator.params, tokens, jax.random.PRNGKey(0),
                           jnp.float32(0.8), None, model=translator.model,
-                          method=Method.ARITHMETIC, num_decodes=n,
+                          method=method, num_decodes=n,
                           length=translator.max_decode_len,
                           grow_cache=grow).as_text()
             for grow in (False, True)]
-    assert (text[0] == text[1]) == same, (inputs * n)
+    assert (text[0] == text[1]) == same, (inputs * n, method)
   assert translator.model.cache_growth().min_rows == 64
 
 
