@@ -12,7 +12,9 @@ request's chooser and options) in short segments (`Compaction.
 segment_steps` steps, each segment one compiled call) and, between
 segments, keeps only the rows that are still decoding, rounded up to
 `Compaction.multiple` x 2^k (padded with ended rows, which the loop leaves
-as they are). The cache grows by the model's `CacheGrowth.slots` as the
+as they are; a batch of independent rows, such as a decoder-only model's,
+is padded past the rows it has, `sample_rows`, so that its programs do not
+depend on N). The cache grows by the model's `CacheGrowth.slots` as the
 rows advance. The rows keep their ids, the loop keeps its step count and
 PRNG stream, and the model computes every row the same way at any row
 count from `Compaction.min_rows` up, so every sample, log-probability and
@@ -103,6 +105,14 @@ class Compaction:
       model on at least `min_rows` rows, so that a sample's bits do not
       depend on how many rows it was decoded with (the LLM entry points:
       the same completions alone or in any batch).
+    pad_samples: a batch of independent rows (`RowLayout.groups` 1)
+      decodes `sample_rows` of its live rows, padded with ended rows of no
+      request, not exactly as many as it has: its programs then do not
+      depend on the N of its requests (N = 5, 6, 7 and 8 run the programs
+      compiled for one of them; a server's batch, whatever N its requests
+      ask), at the cost of steps over the padding (arithmetic sampling's
+      rows cost next to nothing; ancestral sampling draws noise for each).
+      The same samples either way.
   """
 
   segment_steps: int = 8
@@ -111,12 +121,13 @@ class Compaction:
   share_prefixes: bool = True
   geometric: bool = True
   pad_small: bool = False
+  pad_samples: bool = True
 
   def __post_init__(self):
     for name in ("segment_steps", "multiple", "min_rows"):
       validation.check_int(f"Compaction.{name}", getattr(self, name),
                            minimum=1)
-    for name in ("share_prefixes", "geometric", "pad_small"):
+    for name in ("share_prefixes", "geometric", "pad_small", "pad_samples"):
       if not isinstance(getattr(self, name), bool):
         raise TypeError(f"Compaction.{name} must be a bool; got "
                         f"{getattr(self, name)!r}.")
@@ -341,6 +352,47 @@ def _round(n: int, multiple: int, least: int, most: int,
   return min(most, max(least, size))
 
 
+def sample_rows(n: int, multiple: int, least: int,
+                geometric: bool = True) -> int:
+  """How many sample rows a one-pool batch (`RowLayout.groups` 1) decodes
+  when `n` of them are still decoding: below `multiple`, the least power
+  of two >= n from min(8, multiple); from `multiple` on, `_round`'s
+  count; at least `least`. Never capped by the rows the batch has: it is
+  padded with ended rows up to the count, so the programs a batch needs
+  are one per count, not one per sum of its requests' N.
+
+  >>> [sample_rows(n, 64, 0, geometric=False) for n in (1, 8, 9, 40, 65)]
+  [8, 8, 16, 64, 128]
+  >>> [sample_rows(n, 8, 64) for n in (1, 9, 65)]
+  [64, 64, 128]
+  """
+  if n < multiple:
+    size = min(8, multiple)
+    while size < n:
+      size *= 2
+    size = min(size, multiple)
+  else:
+    size = _round(n, multiple, 0, 2 * n + multiple, geometric)  # uncapped
+  return max(size, least)
+
+
+def keep_rows_padded(ended: np.ndarray, multiple: int, least: int,
+                     geometric: bool = True) -> np.ndarray:
+  """`keep_rows` of one group, its count `sample_rows` of the rows not
+  ended: the rows not ended first (in order), then ended ones, then, past
+  the C rows there are, index C for each padding row to add (an ended row
+  that belongs to no request).
+
+  >>> keep_rows_padded(np.array([1, 0, 0, 1, 0], bool), 4, 0).tolist()
+  [1, 2, 4, 0]
+  >>> keep_rows_padded(np.array([0, 1, 0], bool), 4, 0).tolist()
+  [0, 2, 1, 3]
+  """
+  keep = sample_rows(int((~ended).sum()), multiple, least, geometric)
+  order = np.argsort(ended, kind="stable")[:keep]
+  return np.concatenate([order, np.full(keep - order.size, ended.size)])
+
+
 def same_input_runs(encoder_tokens: np.ndarray) -> int:
   """The fewest equal runs of consecutive inputs [B, S] such that the
   inputs of each run are the same (B when no two neighbours are).
@@ -436,12 +488,14 @@ class _Live:
             self.eos_count)
 
 
-@functools.partial(jax.jit, static_argnames=("options", "slots", "growth"))
+@functools.partial(jax.jit, static_argnames=("options", "slots", "growth",
+                                             "padding"))
 def _start(request: DecodeRequest, owner, model_take, *, options, slots,
-           growth):
-  """The live arrays of all C sample rows, their model rows
-  `request.cache[model_take]` (the inputs whose caches they start from)
-  over `slots` slots, each sample row on model row `owner`."""
+           growth, padding=0):
+  """The live arrays of all C sample rows (then `padding` ended rows, on
+  model row 0), their model rows `request.cache[model_take]` (the inputs
+  whose caches they start from) over `slots` slots, each sample row on
+  model row `owner`; and the C rows' codes and the request's key."""
   rows = request.rows(with_cache=False)
   cache = jax.tree_util.tree_map(lambda x: jnp.take(x, model_take, axis=0),
                                  request.cache)
@@ -451,9 +505,36 @@ def _start(request: DecodeRequest, owner, model_take, *, options, slots,
                         options.chooser.init_state(rows.codes))
   state = state.replace(cache={"model": cache, "owner": owner,
                                "active": ~state.ended[:, 0]})
-  return (state, rows.row_ids, rows.temperature,
-          jnp.broadcast_to(rows.max_decode_len, rows.row_ids.shape),
-          count_eos(state.sequences, options.eos_id), rows.codes, rows.rng)
+  arrays = (state, rows.row_ids, rows.temperature,
+            jnp.broadcast_to(rows.max_decode_len, rows.row_ids.shape),
+            count_eos(state.sequences, options.eos_id))
+  if padding:  # [C] -> [C + padding]: index C is a padding row
+    count = rows.row_ids.shape[0]
+    arrays = _pick_rows(arrays, jnp.minimum(
+        jnp.arange(count + padding), count).astype(jnp.int32))
+  return arrays + (rows.codes, rows.rng)
+
+
+def _pick_rows(live_arrays, take):
+  """Sample rows `take` [C'] of the live arrays (model rows as they are);
+  an index past the C rows gives a padding row: ended, on model row 0,
+  nothing decoded, temperature 1."""
+  state, row_ids, temperature, max_decode_len, eos_count = live_arrays
+
+  def pick(x, fill=0):  # [C, ...] -> [C', ...]
+    return jnp.take(x, take, axis=0, mode="fill", fill_value=fill)
+
+  ended = pick(state.ended, True)
+  state = state.replace(
+      cur_index=pick(state.cur_index), sequences=pick(state.sequences),
+      cache=dict(state.cache, owner=pick(state.cache["owner"]),
+                 active=~ended[:, 0]),
+      cur_token=pick(state.cur_token), ended=ended,
+      log_prob=pick(state.log_prob),
+      chooser_state=jax.tree_util.tree_map(pick, state.chooser_state))
+  return (state, pick(row_ids),
+          pick(temperature, 1) if jnp.ndim(temperature) else temperature,
+          pick(max_decode_len), pick(eos_count))
 
 
 @functools.partial(jax.jit, static_argnames=("fns", "options", "pools",
@@ -498,25 +579,17 @@ def _segment(context, state, row_ids, temperature, max_decode_len, eos_count,
 
 @functools.partial(jax.jit, static_argnames=("slots", "growth"))
 def _take(live_arrays, take, model_take, owner, *, slots, growth):
-  """Sample rows `take` [C'] and model rows `model_take` [P'] (their cache
-  resized to `slots`) of the live arrays; the sample rows' new model rows
-  `owner` [C']."""
-  state, row_ids, temperature, max_decode_len, eos_count = live_arrays
-  pick = lambda x: jnp.take(x, take, axis=0)
+  """Sample rows `take` [C'] (an index past the C rows: a padding row,
+  `_pick_rows`) and model rows `model_take` [P'] (their cache resized to
+  `slots`) of the live arrays; the sample rows' new model rows `owner`
+  [C']."""
+  state, *rest = _pick_rows(live_arrays, take)
   cache = jax.tree_util.tree_map(lambda x: jnp.take(x, model_take, axis=0),
                                  state.cache["model"])
   if slots != growth.size_of(cache):
     cache = growth.resize(cache, slots)
-  state = state.replace(
-      cur_index=pick(state.cur_index), sequences=pick(state.sequences),
-      cache={"model": cache, "owner": owner,
-             "active": ~pick(state.ended)[:, 0]},
-      cur_token=pick(state.cur_token), ended=pick(state.ended),
-      log_prob=pick(state.log_prob),
-      chooser_state=jax.tree_util.tree_map(pick, state.chooser_state))
-  return (state, pick(row_ids),
-          pick(temperature) if jnp.ndim(temperature) else temperature,
-          pick(max_decode_len), pick(eos_count))
+  state = state.replace(cache=dict(state.cache, model=cache, owner=owner))
+  return (state, *rest)
 
 
 @functools.partial(jax.jit, static_argnames=("slots", "growth"))
@@ -617,6 +690,11 @@ rows only with samples of the same input.
     self.small = (rows_total < compaction.min_rows and
                   not compaction.pad_small)
     self.share = compaction.share_prefixes and not self.small
+    # One group of independent rows: sample rows padded to `sample_rows`
+    # (ended rows of no request), so that a batch's programs do not depend
+    # on the N of its requests.
+    self.pad = (compaction.pad_samples and layout.groups == 1 and
+                not self.small)
     groups = layout.groups
     per_class = groups % layout.classes == 0
     self.pools = layout.pools if self.share else (groups if per_class else 1)
@@ -624,9 +702,9 @@ rows only with samples of the same input.
     # Model rows per cross-attention group: at least min_rows in all, at
     # most the group's sample rows (padded up to min_rows with pad_small).
     self.least = -(-compaction.min_rows // groups)
-    cap = rows_total // groups
-    self.cap = max(cap, self.least) if compaction.pad_small else cap
     self.least_rows = -(-compaction.min_rows // self.pools)
+    self.rows_seen = rows_total // groups  # sample rows per group, all
+    self.cap = self._cap()
     self.parts = {}
     self._stop = 0
     self._stalled = False
@@ -656,7 +734,8 @@ rows only with samples of the same input.
 
   @property
   def rows(self) -> int:
-    """Sample rows in the batch (of all its requests, ended or not)."""
+    """Sample rows in the batch (of all its requests, ended or not, and
+    the padding rows of a one-group batch)."""
     return 0 if self.live is None else int(self.live.rows.size)
 
   def _model_rows(self, request: DecodeRequest, classes: int):
@@ -676,6 +755,7 @@ rows only with samples of the same input.
       model_take[owner] = np.arange(rows_total) // n
     else:
       rows_m = (rows_total if self.small else
+                self._sample_rows(rows_total) if self.pad else
                 max(rows_total, self.compaction.min_rows))
       m = rows_m // self.layout.groups
       owner = np.arange(rows_total)
@@ -685,6 +765,18 @@ rows only with samples of the same input.
   def _per_group(self, need: int) -> int:
     c = self.compaction
     return _round(need, c.multiple, self.least, self.cap, c.geometric)
+
+  def _cap(self) -> int:
+    # Model rows per group at most: the group's sample rows (in a padded
+    # batch, `sample_rows` of them; with pad_small at least min_rows).
+    cap = self._sample_rows(self.rows_seen) if self.pad else self.rows_seen
+    return max(cap, self.least) if self.compaction.pad_small else cap
+
+  def _sample_rows(self, need: int) -> int:
+    # Sample rows are model rows too when prefixes are not shared.
+    c = self.compaction
+    return sample_rows(need, c.multiple, 0 if self.share else
+                       self.least_rows, c.geometric)
 
   def _add(self, key, request: DecodeRequest):
     # A request that joins shares model rows only among the samples of
@@ -702,21 +794,26 @@ rows only with samples of the same input.
     if self.live is not None:
       slots = max(slots, self.growth.size_of(
           self.live.state.cache["model"]))
+    padding = (self._sample_rows(owner.size) - owner.size if self.pad
+               else 0)
     state, row_ids, temperature, max_len, eos_count, codes, key_ = _start(
         request, jnp.asarray(owner, jnp.int32),
         jnp.asarray(model_take, jnp.int32), options=request.options,
-        slots=slots, growth=self.growth)
+        slots=slots, growth=self.growth, padding=padding)
     arrays = (state, row_ids, temperature, max_len, eos_count)
     begin = 0 if self.live is None else max(
         p.start + p.rows for p in self.parts.values())
-    rows = np.arange(begin, begin + owner.size)
+    # global sample-row ids; -1: a padding row
+    rows = np.concatenate([np.arange(begin, begin + owner.size),
+                           np.full(padding, -1)])
     width = state.sequences.shape[1]
     self.parts[key] = _Part(
         begin, request.batch, request.num_decodes, np.asarray(codes),
         np.zeros((owner.size, width), np.int32),
         np.zeros((owner.size,), np.float32), np.zeros(owner.size, bool))
     if self.live is not None:  # as many model rows as all its rows
-      self.cap += owner.size // self.layout.groups
+      self.rows_seen += owner.size // self.layout.groups
+      self.cap = self._cap()
     if self.live is None:
       self.decode_key = key_
       self.live = _Live(*arrays, rows)
@@ -832,8 +929,12 @@ rows only with samples of the same input.
     groups = self.layout.groups
     if self.small:
       return
-    take = keep_rows(ended, self.pools, c.multiple, self.least_rows,
-                     c.geometric)
+    if self.pad:
+      take = keep_rows_padded(ended, c.multiple, 0 if self.share else
+                              self.least_rows, c.geometric)
+    else:
+      take = keep_rows(ended, self.pools, c.multiple, self.least_rows,
+                       c.geometric)
     if self.share:
       # Overflow (a step needs more model rows): twice what it needs.
       m_new = self._per_group(2 * need if need > self.m else need)
@@ -843,14 +944,16 @@ rows only with samples of the same input.
     if (not force and take.size == ended.size and slots == size and
         m_new == self.m):
       return
+    # index C (padding) reads these ends: an ended row of no request
+    extend = lambda x, v: np.concatenate([x, [v]])
     model_take, owner = pack_model_rows(
-        np.asarray(live.state.cache["owner"])[take], ended[take], self.pools,
-        m_new * groups // self.pools)
+        extend(np.asarray(live.state.cache["owner"]), 0)[take],
+        extend(ended, True)[take], self.pools, m_new * groups // self.pools)
     arrays = _take(live.arrays(), jnp.asarray(take, jnp.int32),
                    jnp.asarray(model_take, jnp.int32),
                    jnp.asarray(owner, jnp.int32), slots=slots,
                    growth=self.growth)
-    self.live = _Live(*arrays, live.rows[take])
+    self.live = _Live(*arrays, extend(live.rows, -1)[take])
     self.m, self.rows_m = m_new, m_new * groups
 
   def end(self, key, rows=None):

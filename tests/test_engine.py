@@ -95,6 +95,37 @@ def test_a_prompt_samples_the_same_alone_and_in_any_batch(tiny, arch,
 
 
 @pytest.mark.slow
+def test_the_compacted_programs_do_not_depend_on_n(tiny):
+  """A batch of independent rows is padded with ended rows to
+  `compaction.sample_rows` (8, 16, 32, 64, then multiples of 64 for the
+  LLM entry points): N = 8, 5 and 3 samples of a prompt run the segment
+  programs compiled for N = 8 (none compiled anew), and N = 5 samples of
+  a prompt alone (8 rows) are those it samples among others (15 rows, 16
+  with padding)."""
+  from arithmetic_decoding import compaction
+  llm = tiny["llama"]
+  ids = _ids(llm, PROMPTS["llama"][2:3])
+  programs = None
+  for n in (8, 5, 3):
+    sampling = SamplingParams(n=n, temperature=1.0, max_new_tokens=12,
+                              seed=2)
+    stats = {}
+    llm_lib.decode(llm, ids, sampling, stats=stats)
+    assert stats["sample_row_steps"] % 8 == 0  # 8 rows per step
+    if programs is None:
+      programs = compaction._segment._cache_size()  # pylint: disable=protected-access
+    assert compaction._segment._cache_size() == programs  # pylint: disable=protected-access
+  kw = dict(method="arithmetic", temperature=1.0, seed=2, max_new_tokens=12)
+  alone = generate(llm, PROMPTS["llama"][2], 5, **kw)
+  assert compaction._segment._cache_size() == programs  # pylint: disable=protected-access
+  among = generate(llm, PROMPTS["llama"][:3], 5, prompt_ids=[1, 2, 0], **kw)
+  assert alone.tokens[0] == among.tokens[2]
+  assert alone.log_probs[0].tobytes() == among.log_probs[2].tobytes()
+  assert [compaction.sample_rows(n, 64, 0, geometric=False)
+          for n in (1, 8, 9, 33, 64, 65, 130)] == [8, 8, 16, 64, 64, 128, 192]
+
+
+@pytest.mark.slow
 def test_generate_and_rollouts_share_the_seed_policy(tiny):
   llm = tiny["llama"]
   for scheme in ("shifted_lattice", "iid"):
