@@ -365,12 +365,38 @@ def engine_rounding_table() -> str:
   return "\n".join(lines)
 
 
+def engine_programs_table() -> str:
+  """docs/engine.md: programs compiled as N varies, padded or not."""
+  latest = {}
+  for r in _jsonl(RESULTS / "llm" / "bench_programs.jsonl"):
+    latest[(r["variant"], r["method"])] = r
+  lines = ["| variant | method | N, in order | first call s (compiles "
+           "included) | warm s | segment programs after each | same "
+           "samples |",
+           "|---|---|---|---|---|---|---|"]
+  for (variant, method), r in sorted(latest.items(),
+                                     key=lambda kv: (kv[0][1], kv[0][0])):
+    other = latest.get(("unpadded" if variant == "padded" else "padded",
+                        method))
+    same = ("-" if other is None or other["ns"] != r["ns"] else
+            "yes" if other["checksums"] == r["checksums"] else "no")
+    join = lambda xs: ", ".join(str(x) for x in xs)
+    lines.append(f"| {variant} | {method} | {join(r['ns'])} | "
+                 f"{join(r['first_seconds'])} | {join(r['warm_seconds'])} | "
+                 f"{join(r['segment_programs'])} | {same} |")
+  hosts = sorted({r["host"] for r in latest.values()})
+  lines.append("")
+  lines.append(f"Measured on: {'; '.join(hosts)}.")
+  return "\n".join(lines)
+
+
 BLOCKS: Dict[str, Callable[[], str]] = {
     "test-tiers": test_tiers,
     "rollouts-cost": rollouts_table,
     "readme-table": readme_table,
     "engine-benchmark": llm_engine_table,
     "engine-rounding": engine_rounding_table,
+    "engine-programs": engine_programs_table,
     "server-benchmark": server_table,
 }
 
