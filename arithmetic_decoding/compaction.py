@@ -1026,8 +1026,8 @@ def run_compacted(request: DecodeRequest, layout: RowLayout,
     compaction: segments and granularity (`Compaction`).
     stats: a dict to fill with "segments" (compiled calls run),
       "row_steps" (model rows x loop steps decoded), "sample_row_steps"
-      (sample rows x steps; the fused loop decodes R x the steps of the
-      longest sample) and "segment_seconds" (wall time from each segment's
+      (sample rows x steps, padding rows included; the fused loop
+      decodes R x the steps of the longest sample) and "segment_seconds" (wall time from each segment's
       call until its ended rows reach the host: the compiled loop's share
       of the call), or None.
 
