@@ -12,9 +12,9 @@ request's chooser and options) in short segments (`Compaction.
 segment_steps` steps, each segment one compiled call) and, between
 segments, keeps only the rows that are still decoding, rounded up to
 `Compaction.multiple` x 2^k (padded with ended rows, which the loop leaves
-as they are; a batch of independent rows, such as a decoder-only model's,
-is padded past the rows it has, `sample_rows`, so that its programs do not
-depend on N). The cache grows by the model's `CacheGrowth.slots` as the
+as they are; with `Compaction.pad_samples`, a batch of independent rows,
+such as a decoder-only model's, is padded past the rows it has,
+`sample_rows`, so that its programs do not depend on N). The cache grows by the model's `CacheGrowth.slots` as the
 rows advance. The rows keep their ids, the loop keeps its step count and
 PRNG stream, and the model computes every row the same way at any row
 count from `Compaction.min_rows` up, so every sample, log-probability and
@@ -107,12 +107,16 @@ class Compaction:
       the same completions alone or in any batch).
     pad_samples: a batch of independent rows (`RowLayout.groups` 1)
       decodes `sample_rows` of its live rows, padded with ended rows of no
-      request, not exactly as many as it has: its programs then do not
-      depend on the N of its requests (N = 5, 6, 7 and 8 run the programs
-      compiled for one of them; a server's batch, whatever N its requests
-      ask), at the cost of steps over the padding (arithmetic sampling's
-      rows cost next to nothing; ancestral sampling draws noise for each).
-      The same samples either way.
+      request, not exactly as many as it has, and at most as many model
+      rows: its programs then do not depend on the N of its requests (N =
+      5, 6, 7 and 8 run the programs compiled for one of them; a server's
+      batch, whatever N its requests ask), at the cost of steps over the
+      padding (arithmetic sampling's rows cost next to nothing; ancestral
+      sampling draws noise for each). The same samples where the model
+      computes a row the same at those model-row counts (the LLM entry
+      points: `llm.LLM_COMPACTION`); the T5 translator of one input does
+      not at every count (its rows' last bits can move), so the default
+      is off.
   """
 
   segment_steps: int = 8
@@ -121,7 +125,7 @@ class Compaction:
   share_prefixes: bool = True
   geometric: bool = True
   pad_small: bool = False
-  pad_samples: bool = True
+  pad_samples: bool = False
 
   def __post_init__(self):
     for name in ("segment_steps", "multiple", "min_rows"):
@@ -616,8 +620,9 @@ def _merge(live_arrays, new_arrays, *, slots, growth):
       log_prob=cat(a.log_prob, b.log_prob),
       chooser_state=jax.tree_util.tree_map(cat, a.chooser_state,
                                            b.chooser_state))
-  return (state, cat(a_ids, b_ids), cat(a_t, b_t), cat(a_len, b_len),
-          cat(a_eos, b_eos))
+  # A scalar temperature is the program's (`join` checks it is the same).
+  return (state, cat(a_ids, b_ids), cat(a_t, b_t) if jnp.ndim(a_t) else a_t,
+          cat(a_len, b_len), cat(a_eos, b_eos))
 
 
 @functools.partial(jax.jit, donate_argnums=0)
@@ -683,6 +688,7 @@ rows only with samples of the same input.
     self.fns, self.context = request.fns, request.context
     self.options = dataclasses.replace(request.options, num_decodes=1)
     self.topk, self.topp = request.topk, request.topp
+    self.temperature = request.temperature  # a scalar: every row's
     self.growth = layout.growth
     self.counts = {"segments": 0, "row_steps": 0, "sample_row_steps": 0,
                    "segment_seconds": 0.0}
@@ -711,7 +717,9 @@ rows only with samples of the same input.
     self.live = None
     self.decode_key = None
     self.full = self.growth.size_of(request.cache)
-    self._add(key, request)
+    self._next_row = 0
+    self._finished = []  # requests completed by `end`, for the next step
+    self._add(key, request, first=True)
 
   @staticmethod
   def _check(request: DecodeRequest, layout: RowLayout):
@@ -778,19 +786,20 @@ rows only with samples of the same input.
     return sample_rows(need, c.multiple, 0 if self.share else
                        self.least_rows, c.geometric)
 
-  def _add(self, key, request: DecodeRequest):
-    # A request that joins shares model rows only among the samples of
-    # each of its inputs (its own runs of equal inputs are not known).
+  def _add(self, key, request: DecodeRequest, first: bool = False):
+    # The first request's inputs form `layout.classes` runs of equal
+    # inputs; a request that joins shares model rows only among the
+    # samples of each of its inputs (its runs are not known).
     rows_m, m, owner, model_take = self._model_rows(
-        request, self.layout.classes if self.live is None else request.batch)
+        request, self.layout.classes if first else request.batch)
     # The cache grows up to what the longest request needs (a request that
     # joins may have a longer prompt or more new tokens than the first).
-    self.full = max(self.full, self.growth.size_of(request.cache))
+    full = max(self.full, self.growth.size_of(request.cache))
     start = (0 if request.initial_index is None else
              int(np.max(np.asarray(request.initial_index))))
-    slots = (self.full if self.small else
-             min(self.full, -(-(start + 1 - self.growth.lag) //
-                              self.growth.slots) * self.growth.slots))
+    slots = (full if self.small else
+             min(full, -(-(start + 1 - self.growth.lag) //
+                         self.growth.slots) * self.growth.slots))
     if self.live is not None:
       slots = max(slots, self.growth.size_of(
           self.live.state.cache["model"]))
@@ -801,8 +810,13 @@ rows only with samples of the same input.
         jnp.asarray(model_take, jnp.int32), options=request.options,
         slots=slots, growth=self.growth, padding=padding)
     arrays = (state, row_ids, temperature, max_len, eos_count)
-    begin = 0 if self.live is None else max(
-        p.start + p.rows for p in self.parts.values())
+    if self.live is not None:
+      arrays = _merge(self.live.arrays(), arrays, slots=slots,
+                      growth=self.growth)
+    # Nothing below fails: the request is in the batch from here on.
+    self.full = full
+    begin = self._next_row  # global sample-row ids are never reused
+    self._next_row += owner.size
     # global sample-row ids; -1: a padding row
     rows = np.concatenate([np.arange(begin, begin + owner.size),
                            np.full(padding, -1)])
@@ -811,7 +825,7 @@ rows only with samples of the same input.
         begin, request.batch, request.num_decodes, np.asarray(codes),
         np.zeros((owner.size, width), np.int32),
         np.zeros((owner.size,), np.float32), np.zeros(owner.size, bool))
-    if self.live is not None:  # as many model rows as all its rows
+    if not first:  # as many model rows as all its rows
       self.rows_seen += owner.size // self.layout.groups
       self.cap = self._cap()
     if self.live is None:
@@ -819,8 +833,6 @@ rows only with samples of the same input.
       self.live = _Live(*arrays, rows)
       self.m, self.rows_m = m, rows_m
       return
-    arrays = _merge(self.live.arrays(), arrays, slots=slots,
-                    growth=self.growth)
     self.live = _Live(*arrays, np.concatenate([self.live.rows, rows]))
     self.rows_m += rows_m
     self._repack(np.asarray(self.live.state.ended[:, 0]), slots,
@@ -846,9 +858,12 @@ rows only with samples of the same input.
             request.topk is None and request.topp is None and
             self.topk is None and self.topp is None and
             _same_arrays(request.context, self.context))
+    if same and not self.options.per_row_temperature:
+      same = float(request.temperature) == float(self.temperature)
     if not same:
       raise ValueError("the request needs another program (options, step "
-                       "function or context differ): start another batch.")
+                       "function, context or a scalar temperature differ): "
+                       "start another batch.")
     key_ = jax.random.split(request.rng)[1]
     if self.decode_key is not None and not bool(
         (jnp.asarray(key_) == jnp.asarray(self.decode_key)).all()):
@@ -865,7 +880,8 @@ rows only with samples of the same input.
     all ended (`pop` their results)."""
     live, c = self.live, self.compaction
     if live is None:
-      return []
+      finished, self._finished = self._finished, []
+      return finished
     done = int(live.state.step)
     self._stop = (np.iinfo(np.int32).max if self.small else
                   max(self._stop, done) + c.segment_steps)
@@ -887,7 +903,7 @@ rows only with samples of the same input.
     self.counts["segments"] += 1
     self.counts["row_steps"] += self.rows_m * steps
     self.counts["sample_row_steps"] += ended.size * steps
-    finished = self._collect(ended)
+    finished, self._finished = self._finished + self._collect(ended), []
     if ended.all():
       self.live, self._stop = None, 0
       return finished
@@ -967,6 +983,10 @@ rows only with samples of the same input.
     at = np.flatnonzero(np.isin(self.live.rows, part.start + picked))
     if at.size:
       self.live.state = _end(self.live.state, jnp.asarray(at, jnp.int32))
+      # Their results so far are taken now: a request that joins before
+      # the next segment repacks the rows, and may drop ended ones.
+      self._finished += self._collect(
+          np.asarray(self.live.state.ended[:, 0]))
 
   def progress(self, key):
     """(tokens so far [C, L] of a request's rows (BOS dropped, 0 after an

@@ -75,9 +75,12 @@ MIN_SLOTS = 64
 # in multiples of 64 (512 rows go 512, 448, 384, ... as samples end, not
 # 512, 256, 128: `geometric` kept every row of a 512-row decode to its end
 # while more than half were still decoding; docs/engine.md measures the
-# difference). The samples are the same: a row's logits do not depend on
-# how many rows from 64 up it is decoded among.
-LLM_COMPACTION = Compaction(pad_small=True, geometric=False, multiple=64)
+# difference), sample rows padded to 8, 16, 32, 64, then multiples of 64
+# (`pad_samples`: the programs do not depend on N). The samples are the
+# same: a row's logits do not depend on how many rows from 64 up it is
+# decoded among.
+LLM_COMPACTION = Compaction(pad_small=True, geometric=False, multiple=64,
+                            pad_samples=True)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
