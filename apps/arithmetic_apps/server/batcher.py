@@ -140,12 +140,21 @@ class Choice:
   top: Optional[List[List[tuple]]] = None  # per token [(id, log-prob)]
 
 
-def cut_at_stop(text: str, stops: List[str]):
-  """(text before the first stop string, whether one was found).
+def cut_at_stop(text: str, stops: List[str], growing: bool = False):
+  """(text before the first stop string, whether one was found). Of a
+  `growing` text (its row still decoding) a trailing U+FFFD is an
+  incomplete character, not yet text: a stop string holding U+FFFD
+  matches only bytes that stay invalid, as in the finished text.
 
   >>> cut_at_stop("one. two. three", [". t"])
   ('one', True)
+  >>> cut_at_stop("ab\ufffd", ["\ufffd"], growing=True)
+  ('ab', False)
+  >>> cut_at_stop("ab\ufffd", ["\ufffd"])
+  ('ab', True)
   """
+  if growing:
+    text = text.rstrip("\ufffd")
   at = min((text.find(s) for s in stops if s in text), default=-1)
   return (text, False) if at < 0 else (text[:at], True)
 
@@ -347,7 +356,8 @@ class Batcher:
           elif not ended[row]:
             while new and new[-1] == 0:  # not yet written
               new.pop()
-          text, stopped = cut_at_stop(self.llm.decode(new), job.stops)
+          text, stopped = cut_at_stop(self.llm.decode(new), job.stops,
+                                      growing=end is None and not ended[row])
           if stopped and not ended[row]:
             to_end.append(row)
           index = b * part.num_decodes + i
