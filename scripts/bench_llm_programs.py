@@ -27,12 +27,11 @@ import argparse
 import dataclasses
 import json
 import pathlib
-import subprocess
 import time
 
 import numpy as np
 
-from host import cpu_name  # scripts/host.py
+from host import commit as head_commit, cpu_name  # scripts/host.py
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 OUT = ROOT / "results" / "llm" / "bench_programs.jsonl"
@@ -49,8 +48,7 @@ def main(argv=None):
   from arithmetic_apps import llms  # pylint: disable=g-import-not-at-top
   from arithmetic_decoding import compaction  # pylint: disable=g-import-not-at-top
   from arithmetic_decoding import llm as llm_lib  # pylint: disable=g-import-not-at-top
-  commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                          capture_output=True, text=True).stdout.strip()
+  commit = head_commit()
   out = pathlib.Path(args.out)
   host = cpu_name()
   done = set()

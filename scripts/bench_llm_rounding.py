@@ -28,12 +28,11 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
-import subprocess
 import time
 
 import numpy as np
 
-from host import cpu_name  # scripts/host.py
+from host import commit as head_commit, cpu_name  # scripts/host.py
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 OUT = ROOT / "results" / "llm" / "bench_rounding.jsonl"
@@ -62,8 +61,7 @@ def main(argv=None):
   from arithmetic_apps import llms  # pylint: disable=g-import-not-at-top
   from arithmetic_decoding import llm as llm_lib  # pylint: disable=g-import-not-at-top
   from bench_llm_engine import PROMPTS  # pylint: disable=g-import-not-at-top
-  commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                          capture_output=True, text=True).stdout.strip()
+  commit = head_commit()
   out = pathlib.Path(args.out)
   done = set()
   if out.exists():

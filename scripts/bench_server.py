@@ -47,7 +47,7 @@ import time
 
 import numpy as np
 
-from host import cpu_name  # scripts/host.py
+from host import commit as head_commit, cpu_name  # scripts/host.py
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 OUT = ROOT / "results" / "llm" / "bench_server.jsonl"
@@ -186,8 +186,7 @@ def main(argv=None):
   args = parser.parse_args(argv)
   from arithmetic_apps import llms  # pylint: disable=g-import-not-at-top
   records = []
-  commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                          capture_output=True, text=True).stdout.strip()
+  commit = head_commit()
   common = dict(n=args.n, max_tokens=args.max_tokens, host=cpu_name(),
                 commit=commit)
 

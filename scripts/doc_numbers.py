@@ -34,6 +34,12 @@ _BLOCK = re.compile(r"(<!-- numbers: (\S+) \(python scripts/doc_numbers.py\) "
                     r"-->\n)(.*?)(<!-- /numbers -->)", re.S)
 
 
+def _measured_on(records) -> List[str]:
+  """A table's closing lines: the CPUs its records were measured on."""
+  hosts = sorted({r["host"] for r in records})
+  return ["", f"Measured on: {'; '.join(hosts)}."]
+
+
 def _jsonl(path: pathlib.Path) -> List[dict]:
   return [json.loads(line) for line in path.read_text().splitlines()
           if line.strip()]
@@ -212,10 +218,7 @@ def llm_engine_table() -> str:
         f"| {model} | {n} | {t} | {method} | - | {a['tokens_per_second']} | "
         f"- | -, {a['row_steps_per_token']} | -, {a['peak_mib']} | {peer} | "
         f"{a['commit']} |")
-  hosts = sorted({r["host"] for r in latest.values()})
-  lines.append("")
-  lines.append(f"Measured on: {'; '.join(hosts)}.")
-  return "\n".join(lines)
+  return "\n".join(lines + _measured_on(latest.values()))
 
 
 def server_table() -> str:
@@ -359,10 +362,7 @@ def engine_rounding_table() -> str:
             "no" if base else "-")
     lines.append(f"| {variant} | {method} | {n} | {t} | {r['warm_seconds']} "
                  f"| {r['first_seconds']} | {r['row_steps']:,} | {same} |")
-  hosts = sorted({r["host"] for r in latest.values()})
-  lines.append("")
-  lines.append(f"Measured on: {'; '.join(hosts)}.")
-  return "\n".join(lines)
+  return "\n".join(lines + _measured_on(latest.values()))
 
 
 def engine_programs_table() -> str:
@@ -384,10 +384,7 @@ def engine_programs_table() -> str:
     lines.append(f"| {variant} | {method} | {join(r['ns'])} | "
                  f"{join(r['first_seconds'])} | {join(r['warm_seconds'])} | "
                  f"{join(r['segment_programs'])} | {same} |")
-  hosts = sorted({r["host"] for r in latest.values()})
-  lines.append("")
-  lines.append(f"Measured on: {'; '.join(hosts)}.")
-  return "\n".join(lines)
+  return "\n".join(lines + _measured_on(latest.values()))
 
 
 BLOCKS: Dict[str, Callable[[], str]] = {

@@ -1,6 +1,10 @@
 """The machine a benchmark or test-budget record was measured on."""
 
+import pathlib
 import platform
+import subprocess
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def cpu_name() -> str:
@@ -17,3 +21,9 @@ def cpu_name() -> str:
   except OSError:
     pass
   return platform.processor()
+
+
+def commit() -> str:
+  """The checkout's short commit id (the records' `commit` field)."""
+  return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                        capture_output=True, text=True).stdout.strip()
