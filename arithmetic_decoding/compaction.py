@@ -14,12 +14,12 @@ segments, keeps only the rows that are still decoding, rounded up to
 `Compaction.multiple` x 2^k (padded with ended rows, which the loop leaves
 as they are; with `Compaction.pad_samples`, a batch of independent rows,
 such as a decoder-only model's, is padded past the rows it has,
-`sample_rows`, so that its programs do not depend on N). The cache grows by the model's `CacheGrowth.slots` as the
-rows advance. The rows keep their ids, the loop keeps its step count and
-PRNG stream, and the model computes every row the same way at any row
-count from `Compaction.min_rows` up, so every sample, log-probability and
-code is the fused loop's, bit for bit, on XLA:CPU (`tests/test_engine.py`,
-`tests/test_throughput.py`).
+`sample_rows`, so that its programs do not depend on N). The cache grows by
+the model's `CacheGrowth.slots` as the rows advance. The rows keep their
+ids, the loop keeps its step count and PRNG stream, and the model computes
+every row the same way at any row count from `Compaction.min_rows` up, so
+every sample, log-probability and code is the fused loop's, bit for bit, on
+XLA:CPU (`tests/test_engine.py`, `tests/test_throughput.py`).
 
     request, layout = for_row_model(model, params, encoder_tokens,
                                     Method.ARITHMETIC, eos_id=1, key=key,
@@ -1047,9 +1047,9 @@ def run_compacted(request: DecodeRequest, layout: RowLayout,
     stats: a dict to fill with "segments" (compiled calls run),
       "row_steps" (model rows x loop steps decoded), "sample_row_steps"
       (sample rows x steps, padding rows included; the fused loop
-      decodes R x the steps of the longest sample) and "segment_seconds" (wall time from each segment's
-      call until its ended rows reach the host: the compiled loop's share
-      of the call), or None.
+      decodes R x the steps of the longest sample) and "segment_seconds"
+      (wall time from each segment's call until its ended rows reach the
+      host: the compiled loop's share of the call), or None.
 
   Returns:
     tokens int32 [B, N, L], log_probs float32 [B, N], codes float32 [B, N]:
