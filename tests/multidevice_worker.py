@@ -10,7 +10,6 @@ Scenarios:
   hlo          collectives inside and outside the compiled decode loops
                (JSON in OUT)
   multihost    one of two processes (4 devices each) of the 2x2x2 topology
-  singlehost   the same decode on one process with 8 devices
   crosskv      per-input vs per-sample cross-attention keys/values, every
                method, for the cases given as JSON: [[preset, [data, model],
                batch, N, length, temperature], ...]
@@ -266,7 +265,7 @@ def run_hosts():
 
 if __name__ == "__main__":
   {"meshes": run_meshes, "hlo": run_hlo, "multihost": run_hosts,
-   "singlehost": run_hosts, "crosskv": run_cross_kv,
+   "crosskv": run_cross_kv,
    "decoder": run_decoder}[SCENARIO]()
   if SCENARIO == "multihost":
     jax.distributed.shutdown()
