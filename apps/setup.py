@@ -5,7 +5,10 @@ English->French model with its data and training, the paper's experiments,
 the Figure 5 study and its Cloud TPU launcher, the registered LLMs and the
 sampling command, the OpenAI-compatible sampling server, the sandbox for
 model-written code and the verifiable tasks (HumanEval, word problems)
-with their estimators, the demo, metrics and TPU topologies. Installed editable from a checkout (`pip install -e ./apps`):
+with their estimators, the demo, metrics, TPU topologies and the scripts'
+helpers (resumable JSON-lines runs, compiled programs kept in bounds,
+benchmark timing). Installed editable from a checkout (`pip install -e
+./apps`):
 the study reads `tpu_configs/` at the top of the repository.
 """
 
