@@ -30,12 +30,11 @@ import math
 import sys
 from collections import Counter
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
-from arithmetic_decoding.llm import generate
-from arithmetic_apps import jsonl, llms
+# jax, the library and the applications are imported where they are used:
+# `summarize` and `summary_line` read records alone (scripts/doc_numbers.py
+# writes docs/llm.md's table with them).
 
 PROMPTS = {
     # Chat prompts for the instruct model (its template is applied).
@@ -50,6 +49,7 @@ PROMPTS = {
 
 def first_token_probs(llm, prompt: str, temperature: float, chat: bool):
   """q: float64 [V], the tempered next-token distribution after the prompt."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   text = llm.chat_prompt(prompt) if chat else prompt
   ids = llm.encode(text)
   logits = np.asarray(llm.model.logits(llm.params, jnp.array([ids])))[0, -1]
@@ -74,6 +74,8 @@ def lattice_stats(first_tokens, q, n):
 
 
 def measure(key, args):
+  from arithmetic_decoding.llm import generate  # pylint: disable=g-import-not-at-top
+  from arithmetic_apps import llms  # pylint: disable=g-import-not-at-top
   model, temperature, n, method, seed = key
   llm = llms.load(model, verbose=False)
   chat = bool(llm.vocab.chat_template)
@@ -117,7 +119,23 @@ def summarize(records):
   return table
 
 
+def summary_line(table) -> str:
+  """The one-line summary of `summarize`'s table."""
+  arith = [r for r in table if r["method"] == "arithmetic"]
+  iid = [r for r in table if r["method"] == "ancestral"]
+  return (f"arithmetic: floor/ceil first-token counts in "
+          f"{sum(r['all_floor_or_ceil'] for r in arith)}/{len(arith)} "
+          f"settings (max |count - Nq| "
+          f"{max(r['max_abs_deviation'] for r in arith):.2f}); ancestral: "
+          f"{sum(r['all_floor_or_ceil'] for r in iid)}/{len(iid)} (max "
+          f"{max(r['max_abs_deviation'] for r in iid):.2f}); mean "
+          f"duplicates arithmetic "
+          f"{np.mean([r['mean_duplicates'] for r in arith]):.2f} vs "
+          f"ancestral {np.mean([r['mean_duplicates'] for r in iid]):.2f}")
+
+
 def main(argv=None) -> int:
+  from arithmetic_apps import jsonl, llms  # pylint: disable=g-import-not-at-top
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   p.add_argument("--models", nargs="+", default=sorted(llms.MODELS))
   p.add_argument("--num_samples", nargs="+", type=int, default=[16, 64])
@@ -145,20 +163,12 @@ def main(argv=None) -> int:
           f"{r['method']:10s} {r['mean_distinct']:8.1f} "
           f"{r['mean_duplicates']:6.1f} {r['mean_distinct_first_tokens']:7.1f} "
           f"{r['share_floor_or_ceil']:10.3f} {r['max_abs_deviation']:9.2f}")
-  arith = [r for r in table if r["method"] == "arithmetic"]
-  iid = [r for r in table if r["method"] == "ancestral"]
   print(json.dumps({"summary": table}))
-  print(f"arithmetic: floor/ceil first-token counts in "
-        f"{sum(r['all_floor_or_ceil'] for r in arith)}/{len(arith)} settings "
-        f"(max |count - Nq| {max(r['max_abs_deviation'] for r in arith):.2f}); "
-        f"ancestral: {sum(r['all_floor_or_ceil'] for r in iid)}/{len(iid)} "
-        f"(max {max(r['max_abs_deviation'] for r in iid):.2f}); mean "
-        f"duplicates arithmetic "
-        f"{np.mean([r['mean_duplicates'] for r in arith]):.2f} vs ancestral "
-        f"{np.mean([r['mean_duplicates'] for r in iid]):.2f}")
+  print(summary_line(table))
   return 0
 
 
 if __name__ == "__main__":
+  import jax  # pylint: disable=g-import-not-at-top
   jax.config.update("jax_platforms", "cpu")
   sys.exit(main())
