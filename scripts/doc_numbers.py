@@ -368,6 +368,93 @@ def sharding_table() -> str:
               lambda r: pct(r["fullcode_tokens_equal"]))])
 
 
+def small_grid_fig2_table() -> str:
+  """docs/translation.md: an excerpt of the small grid's Fig. 2."""
+  quality = _json(RESULTS / "experiments" / "summary.json")["quality"]
+  picks = [(5, 0.2), (10, 0.4), (20, 0.2), (20, 0.8)]
+  lines = ["| N | T | method | mean BLEU | oracle BLEU | diversity | "
+           "duplicates |", "|---:|---:|---|---:|---:|---:|---:|"]
+  cells = lambda q: (f"{q['mean_bleu']:.2f} | {q['max_bleu']:.2f} | "
+                     f"{q['diversity']:.3f} | {q['duplicates']:.3f} |")
+  for n, t in picks:
+    for method in ("arithmetic", "ancestral"):
+      q = next(q for q in quality if (q["n"], q["temperature"],
+                                      q["method"]) == (n, t, method))
+      lines.append(f"| {n} | {t} | {method} | " + cells(q))
+  beams = [q for q in quality if q["method"] == "beam"]
+  for q in beams[-1:]:
+    lines.append(f"| {q['n']} | beam | beam search | " + cells(q))
+  return "\n".join(lines)
+
+
+def small_grid_std_table() -> str:
+  """docs/translation.md: the small grid's Figs. 3-4 standard deviations."""
+  summary = _json(RESULTS / "experiments" / "summary.json")
+  estimator, ratios = summary["estimator"], summary["std_ratio"]
+  picks = [("0.1", "4"), ("0.1", "8"), ("0.1", "16"), ("0.2", "16"),
+           ("0.5", "16")]
+  lines = ["| T | N | std arithmetic | std ancestral | ratio |",
+           "|---:|---:|---:|---:|---:|"]
+  for t, n in picks:
+    a = estimator[f"T={t}"]["arithmetic"][n]
+    c = estimator[f"T={t}"]["ancestral"][n]
+    ratio = f"{a / c:.2f}"
+    r = ratios.get(f"T={t}")
+    if r and str(r["n"]) == n:
+      lo, hi = r["ci95"]
+      ratio = (f"{r['ratio']:.2f} (95 % bootstrap over verses {lo:.2f}-"
+               f"{hi:.2f})" if t == picks[0][0] else
+               f"{r['ratio']:.2f} ({lo:.2f}-{hi:.2f})")
+    lines.append(f"| {t} | {n} | {a:.3f} | {c:.3f} | {ratio} |")
+  return "\n".join(lines)
+
+
+def paper_fig4_table() -> str:
+  """docs/translation.md: the paper-size grid's Fig. 4 ratios."""
+  fig4 = _json(RESULTS / "experiments_paper" / "summary.json")["fig4"]
+  temps = sorted(fig4, key=lambda t: float(t.split("=")[1]))
+  ns = sorted(fig4[temps[0]]["by_n"], key=int)
+  lines = ["| T | " + " | ".join(("N = " if i == 0 else "") + n
+                                 for i, n in enumerate(ns)) + " |",
+           "|---|" + "---:|" * len(ns)]
+  for t in temps:
+    by_n = fig4[t]["by_n"]
+    lines.append(f"| {t.split('=')[1]} | " + " | ".join(
+        f"{by_n[n]['ratio']:.2f} ({by_n[n]['ci95'][0]:.2f}-"
+        f"{by_n[n]['ci95'][1]:.2f})" for n in ns) + " |")
+    lines.append("| share lower | " + " | ".join(
+        f"{by_n[n]['verses_lower']:.2f}" for n in ns) + " |")
+  return "\n".join(lines)
+
+
+def intervals_table() -> str:
+  """docs/translation.md: coverage and width of the K-lattice intervals."""
+  rows = _json(RESULTS / "intervals" / "summary.json")["intervals"]
+  label = {"iid": "iid (16 ancestral samples)", "K=4 x 4": "K = 4 lattices "
+           "x 4", "K=8 x 2": "K = 8 lattices x 2"}
+  lines = ["| T | codes | coverage of 95 % intervals | mean width (BLEU) | "
+           "width / iid |", "|---|---|---:|---:|---:|"]
+  for t in sorted(rows, key=float):
+    for codes, r in rows[t].items():
+      lines.append(f"| {t} | {label.get(codes, codes)} | "
+                   f"{r['coverage']:.3f} | {r['mean_width']:.2f} | "
+                   f"{r['width_vs_iid']:.2f} |")
+  return "\n".join(lines)
+
+
+def extensible_table() -> str:
+  """docs/translation.md: van der Corput prefixes against fresh codes."""
+  rows = _json(RESULTS / "intervals" / "summary.json")["extensible"]
+  lines = ["| T | n | van der Corput prefix | fresh lattice | iid |",
+           "|---|---|---:|---:|---:|"]
+  for t in sorted(rows, key=float):
+    for n in sorted(rows[t], key=int):
+      r = rows[t][n]
+      lines.append(f"| {t} | {n} | {r['vdc_prefix']:.2f} | "
+                   f"{r['fresh_lattice']:.2f} | {r['iid']:.2f} |")
+  return "\n".join(lines)
+
+
 def readme_table() -> str:
   """README: "What it does today". Rows whose numbers are read from
   records are computed; the others name the command that prints them."""
@@ -493,6 +580,11 @@ BLOCKS: Dict[str, Callable[[], str]] = {
     "bench-decode": bench_decode_table,
     "llm-diversity": llm_diversity_table,
     "sharding-meshes": sharding_table,
+    "small-grid-fig2": small_grid_fig2_table,
+    "small-grid-std": small_grid_std_table,
+    "paper-fig4": paper_fig4_table,
+    "intervals": intervals_table,
+    "extensible": extensible_table,
     "server-benchmark": server_table,
 }
 
