@@ -455,6 +455,51 @@ def extensible_table() -> str:
   return "\n".join(lines)
 
 
+_PASSK_MODELS = {"smollm2-135m": "SmolLM2", "gemma3-270m": "Gemma 3"}
+
+
+def _passk_words() -> Dict[tuple, dict]:
+  """The word-problem summaries by (model, T, method), models in the
+  docs' order."""
+  rows = {(r["model"], r["temperature"], r["method"]): r
+          for r in _json(RESULTS / "passk" / "summary.json")
+          if r["task"] == "words"}
+  return dict(sorted(rows.items(), key=lambda kv: (
+      list(_PASSK_MODELS).index(kv[0][0]), kv[0][1], kv[0][2])))
+
+
+def passk_words_table() -> str:
+  """docs/passk.md: word problems' pass@k, arithmetic vs iid."""
+  rows = _passk_words()
+  ks = ["1", "8", "32", "64"]
+  lines = ["| model | T | " + " | ".join(f"pass@{k}" for k in ks) + " |",
+           "|---|---|" + "---|" * len(ks)]
+  for (model, t, method), r in rows.items():
+    if method != "arithmetic":
+      continue
+    iid = rows[(model, t, "iid")]
+    lines.append(f"| {_PASSK_MODELS[model]} | {t} | " + " | ".join(
+        f"{r['pass_at_k'][k][0]:.3f} vs {iid['pass_at_k'][k][0]:.3f}"
+        for k in ks) + " |")
+  return "\n".join(lines)
+
+
+def passk_grpo_table() -> str:
+  """docs/passk.md: Var(group-mean reward), arithmetic / iid."""
+  rows = _passk_words()
+  gs = ["4", "8", "16"]
+  lines = ["| model | T | " + " | ".join(f"G = {g}" for g in gs) + " |",
+           "|---|---|" + "---|" * len(gs)]
+  for (model, t, method), r in rows.items():
+    if method != "arithmetic":
+      continue
+    ratio = r["variance_ratio_vs_iid"]
+    lines.append(f"| {_PASSK_MODELS[model]} | {t} | " + " | ".join(
+        f"{ratio[g][0]:.2f} [{ratio[g][1]:.2f}, {ratio[g][2]:.2f}]"
+        for g in gs) + " |")
+  return "\n".join(lines)
+
+
 def readme_table() -> str:
   """README: "What it does today". Rows whose numbers are read from
   records are computed; the others name the command that prints them."""
@@ -585,6 +630,8 @@ BLOCKS: Dict[str, Callable[[], str]] = {
     "paper-fig4": paper_fig4_table,
     "intervals": intervals_table,
     "extensible": extensible_table,
+    "passk-words": passk_words_table,
+    "passk-grpo": passk_grpo_table,
     "server-benchmark": server_table,
 }
 
