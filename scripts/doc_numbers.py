@@ -500,6 +500,29 @@ def passk_grpo_table() -> str:
   return "\n".join(lines)
 
 
+def study_table() -> str:
+  """docs/study.md: largest N per chip set, best mesh (`--max_exp` 10:
+  N = 1024 is the largest tried, so it reads ">= 1024")."""
+  best = _json(RESULTS / "study" / "summary.json")["best"]
+  labels = {"beam": "beam search", "arithmetic": "arithmetic, one step, T5X "
+            "layout", "arithmetic_shared": "arithmetic, keys/values per "
+            "input (ours)"}
+  topologies = ["v4-1x1x1", "v4-1x2x1", "v4-2x2x1", "v4-2x2x2"]
+  lines = ["| largest N | L | 1 chip | 2 chips (1x2x1) | 4 chips (2x2x1) | "
+           "8 chips (2x2x2) |", "|---|---|---:|---:|---:|---:|"]
+  for method, label in labels.items():
+    for i, length in enumerate((128, 256, 512, 1024)):
+      cells = []
+      for topology in topologies:
+        r = best[f"{method} L{length} {topology}"]
+        n = f">= {r['n']}" if r["n"] >= 2**10 else str(r["n"])
+        mesh = "x".join(str(m) for m in r["mesh"])
+        cells.append(n if topology == topologies[0] else f"{n} ({mesh})")
+      lines.append(("| " + label if i == 0 else "|") + f" | {length} | " +
+                   " | ".join(cells) + " |")
+  return "\n".join(lines)
+
+
 def readme_table() -> str:
   """README: "What it does today". Rows whose numbers are read from
   records are computed; the others name the command that prints them."""
@@ -632,6 +655,7 @@ BLOCKS: Dict[str, Callable[[], str]] = {
     "extensible": extensible_table,
     "passk-words": passk_words_table,
     "passk-grpo": passk_grpo_table,
+    "study-largest-n": study_table,
     "server-benchmark": server_table,
 }
 
