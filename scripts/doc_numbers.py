@@ -523,6 +523,53 @@ def study_table() -> str:
   return "\n".join(lines)
 
 
+def cross_kv_table() -> str:
+  """docs/models.md: keys/values per input against T5X's layout."""
+  latest = {}
+  for r in _jsonl(RESULTS / "bench_cross_kv.jsonl"):
+    latest[(r["preset"], r["source_len"], r["n"])] = r
+  g = lambda x: (f"{x:.3f}" if x < 1 else f"{x:.2f}" if x < 10 else
+                 f"{x:.1f}" if x < 100 else f"{x:.0f}")
+  lines = ["| preset | source S | N | T5X-style ms/step | per-input ms/step | "
+           "speedup | temp MB T5X-style / per-input |",
+           "|---|---:|---:|---:|---:|---:|---|"]
+  mb = lambda x: (f"{x:.2f}" if x < 10 else f"{x:.1f}" if x < 100 else
+                  f"{x:.0f}")
+  order = {"tiny": 0, "small": 1}
+  for preset, source in sorted({k[:2] for k in latest},
+                               key=lambda k: (order.get(k[0], 2), k)):
+    rs = [latest[k] for k in sorted(latest) if k[:2] == (preset, source)]
+    best = max(r["speedup"] for r in rs)
+    speed = lambda r: (f"**{r['speedup']:.2f}**" if r["speedup"] == best
+                       and best >= 1.3 else f"{r['speedup']:.2f}")
+    lines.append(
+        f"| {preset} | {source} | " + " / ".join(str(r["n"]) for r in rs) +
+        " | " + " / ".join(g(r["per_sample"]["ms_per_step"]) for r in rs) +
+        " | " + " / ".join(g(r["per_input"]["ms_per_step"]) for r in rs) +
+        " | " + " / ".join(speed(r) for r in rs) + " | " + ", ".join(
+            f"{mb(r['per_sample']['temp_mb'])}/{mb(r['per_input']['temp_mb'])}"
+            for r in rs) + " |")
+  return "\n".join(lines)
+
+
+def bench_llm_table() -> str:
+  """docs/llm.md: decode tokens/s, ours against transformers."""
+  record = _jsonl(RESULTS / "llm" / "bench_llm.jsonl")[-1]
+  rate = {(r["runtime"].split()[0], r["method"], r["batch"], r["n"]):
+          r["decode_tok_s"] for r in record["rows"]}
+  columns = [("ours", "greedy"), ("ours", "ancestral"), ("ours", "arithmetic"),
+             ("transformers", "greedy"), ("transformers", "sampling")]
+  lines = ["| B | N | ours greedy | ours ancestral | ours arithmetic | "
+           "transformers greedy | transformers sampling |",
+           "|---|---|---|---|---|---|---|"]
+  for b, n in sorted({k[2:] for k in rate}):
+    cells = [f"{rate[(who, m, b, n)]:.0f}" if (who, m, b, n) in rate else ""
+             for who, m in columns]
+    row = "| " + " | ".join([str(b), str(n), *cells]) + " |"
+    lines.append(row.replace("|  |", "| |").replace("|  |", "| |"))
+  return "\n".join(lines)
+
+
 def readme_table() -> str:
   """README: "What it does today". Rows whose numbers are read from
   records are computed; the others name the command that prints them."""
@@ -656,6 +703,8 @@ BLOCKS: Dict[str, Callable[[], str]] = {
     "passk-words": passk_words_table,
     "passk-grpo": passk_grpo_table,
     "study-largest-n": study_table,
+    "cross-kv": cross_kv_table,
+    "bench-llm": bench_llm_table,
     "server-benchmark": server_table,
 }
 
