@@ -148,6 +148,65 @@ def experiments_speed_row() -> str:
           "measured in that run | `python scripts/bench_experiments.py` |")
 
 
+def experiments_speed_table() -> str:
+  """docs/benchmarks.md: the paper experiments' workload, before / after,
+  and the record before the last one."""
+  *_, prev, r = _jsonl(RESULTS / "bench_experiments.jsonl")
+  ts = ("0.1", "0.2", "0.5")
+  n = lambda x: f"{x:,.0f}"
+  rate = lambda rec, side, k: rec[side][k]["tokens_per_s"]
+  by_t = lambda rec, side, m: " / ".join(
+      n(rec[side]["tokens_per_s_by_config"][f"{m} T={t}"]) for t in ts)
+  ratio_t = lambda m: " / ".join(
+      f"{r['after']['tokens_per_s_by_config'][f'{m} T={t}'] / r['before']['tokens_per_s_by_config'][f'{m} T={t}']:.1f}x"
+      for t in ts)
+  both = lambda rec, k: (f"{n(rate(rec, 'before', k))} -> "
+                         f"{n(rate(rec, 'after', k))}")
+  pct = lambda x: f"{100 * x:.1f} %"
+  rows = [["both samplers, generated tokens/s",
+           n(rate(r, "before", "samplers")), n(rate(r, "after", "samplers")),
+           f"{rate(r, 'after', 'samplers') / rate(r, 'before', 'samplers'):.2f}x",
+           f"{both(prev, 'samplers')} ("
+           f"{rate(prev, 'after', 'samplers') / rate(prev, 'before', 'samplers'):.2f}x)"]]
+  for method in ("arithmetic", "ancestral"):
+    rows.append([f"{method} sampling, tokens/s", n(rate(r, "before", method)),
+                 n(rate(r, "after", method)),
+                 f"{rate(r, 'after', method) / rate(r, 'before', method):.2f}x",
+                 both(prev, method)])
+    rows.append([f"... at T = {' / '.join(ts)}", by_t(r, "before", method),
+                 by_t(r, "after", method), ratio_t(method),
+                 by_t(prev, "after", method)])
+  rows += [
+      # Before the speedups no rows shared: greedy decoded every row.
+      ["greedy, every row decoded, tokens/s",
+       n(rate(r, "before", "greedy")),
+       n(rate(r, "after", "greedy_unshared")),
+       f"{rate(r, 'after', 'greedy_unshared') / rate(r, 'before', 'greedy'):.2f}x",
+       f"{n(rate(prev, 'before', 'greedy'))} -> "
+       f"{n(rate(prev, 'after', 'greedy_unshared'))}"],
+      ["greedy, as the translator decodes it (a verse's identical rows "
+       "share), tokens/s", "", n(rate(r, "after", "greedy")), "",
+       n(rate(prev, "after", "greedy"))],
+      ["matmul roofline measured in the run (GFLOP/s)", "",
+       f"{r['roofline']['matmul_gflops']:.0f}", "",
+       f"{prev['roofline']['matmul_gflops']:.0f}"],
+      ["fraction of the matmul roofline (both samplers)",
+       pct(r["before"]["samplers"]["roofline_fraction"]),
+       pct(r["after"]["samplers"]["roofline_fraction"]), "",
+       f"{pct(prev['before']['samplers']['roofline_fraction'])} -> "
+       f"{pct(prev['after']['samplers']['roofline_fraction'])}"],
+      [f"samples identical ({r['samples_compared']:,} sets of "
+       f"{r['workload']['n']}, bit for bit)", "",
+       "yes" if r["identical"] else "no", "",
+       "yes" if prev["identical"] else "no"]]
+  lines = [f"| | before ({r['baseline']}) | after | speedup | record before "
+           f"({prev['commit']}) |", "|---|---:|---:|---:|---:|"]
+  for row in rows:
+    lines.append(("| " + " | ".join(row) + " |").replace("|  |", "| |")
+                 .replace("|  |", "| |"))
+  return "\n".join(lines)
+
+
 def _engine_records() -> Dict[tuple, dict]:
   """The latest record of each configuration, all from one kind of CPU:
   the host of the newest "after" record (speeds of two hosts are never
@@ -705,6 +764,7 @@ BLOCKS: Dict[str, Callable[[], str]] = {
     "study-largest-n": study_table,
     "cross-kv": cross_kv_table,
     "bench-llm": bench_llm_table,
+    "experiments-speed": experiments_speed_table,
     "server-benchmark": server_table,
 }
 
