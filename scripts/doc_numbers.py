@@ -106,6 +106,38 @@ def sandbox_row() -> str:
           "solution (median) | `make test`, `python scripts/bench_sandbox.py` |")
 
 
+def sandbox_table() -> str:
+  """docs/passk.md: the sandbox's cost, the last two runs of the code
+  before it and of the current code (ranges over the runs)."""
+  records = _jsonl(RESULTS / "passk" / "bench_sandbox.jsonl")
+  now = [r for r in records if r["code"] == "current"][-2:]
+  before = [r for r in records if r["code"] != "current"][-2:]
+
+  def span(rs, field, digits=3):
+    values = sorted(f"{x:.{digits}f}" for x in (
+        r[field]["median"] if "median" in r[field] else r[field]["seconds"]
+        for r in rs))
+    return values[0] if values[0] == values[-1] else (
+        f"{values[0]}-{values[-1]}")
+
+  def canonical(rs):
+    canon = rs[-1]["humaneval_canonical"]
+    calls = f" ({canon['calls']:,} calls)" if "calls" in canon else ""
+    return (f"{span(rs, 'humaneval_canonical', 1)} s, {canon['passed']} "
+            f"passed{calls}")
+  programs = now[-1]["humaneval_canonical"]["programs"]
+  workers = now[-1]["humaneval_canonical"]["workers"]
+  return "\n".join([
+      f"| | before ({before[-1]['code']}) | now |", "|---|---|---|",
+      f"| a trivial program, start to end (`run_python`) | "
+      f"{span(before, 'trivial_run_seconds')} s | "
+      f"{span(now, 'trivial_run_seconds')} s |",
+      f"| a trivial checked call, start to verdict (`run_checked`) | — | "
+      f"{span(now, 'trivial_checked_seconds')} s |",
+      f"| the {programs} canonical solutions, {workers} workers | "
+      f"{canonical(before)} | {canonical(now)} |"])
+
+
 def fig2_row() -> str:
   """README: Fig. 2 (quality and diversity over all test verses)."""
   summary = _json(RESULTS / "experiments_paper" / "summary.json")
@@ -765,6 +797,7 @@ BLOCKS: Dict[str, Callable[[], str]] = {
     "cross-kv": cross_kv_table,
     "bench-llm": bench_llm_table,
     "experiments-speed": experiments_speed_table,
+    "sandbox-cost": sandbox_table,
     "server-benchmark": server_table,
 }
 
