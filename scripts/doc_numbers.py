@@ -233,9 +233,7 @@ def experiments_speed_table() -> str:
        "yes" if prev["identical"] else "no"]]
   lines = [f"| | before ({r['baseline']}) | after | speedup | record before "
            f"({prev['commit']}) |", "|---|---:|---:|---:|---:|"]
-  for row in rows:
-    lines.append(("| " + " | ".join(row) + " |").replace("|  |", "| |")
-                 .replace("|  |", "| |"))
+  lines += [_table_row(row) for row in rows]
   return "\n".join(lines)
 
 
@@ -405,14 +403,25 @@ def decode_speed_row() -> str:
           "`python scripts/bench_decode.py` |")
 
 
-def llm_diversity_table() -> str:
-  """docs/llm.md: first tokens and duplicates, seed 0 (the doc's command:
-  `python scripts/llm_diversity.py --seeds 0`)."""
+def _diversity_seed0() -> List[dict]:
+  """The latest seed-0 record of each (model, T, N, method) of
+  scripts/llm_diversity.py (the docs' command: `--seeds 0`)."""
   latest = {}
   for r in _jsonl(RESULTS / "llm" / "diversity.jsonl"):
     if r["seed"] == 0:
       latest[(r["model"], r["temperature"], r["n"], r["method"])] = r
-  table = llm_diversity.summarize(list(latest.values()))
+  return list(latest.values())
+
+
+def _table_row(cells) -> str:
+  """A markdown table row; empty cells as `| |`."""
+  return "|" + "|".join(f" {c} " if c != "" else " " for c in cells) + "|"
+
+
+def llm_diversity_table() -> str:
+  """docs/llm.md: first tokens and duplicates, seed 0 (the doc's command:
+  `python scripts/llm_diversity.py --seeds 0`)."""
+  table = llm_diversity.summarize(_diversity_seed0())
   lines = ["| model | T | N | method | distinct of N | duplicates | distinct "
            "first tokens | tokens with count floor/ceil(Nq) | max "
            "abs(count - Nq) |", "|---|---|---|---|---|---|---|---|---|"]
@@ -427,13 +436,10 @@ def llm_diversity_table() -> str:
 
 def llm_first_tokens_row() -> str:
   """README: arithmetic's first tokens on the lattice (seed 0)."""
-  latest = {}
-  for r in _jsonl(RESULTS / "llm" / "diversity.jsonl"):
-    if r["seed"] == 0:
-      latest[(r["model"], r["temperature"], r["n"], r["method"])] = r
-  cases = [p["share_floor_or_ceil"] == 1.0 for r in latest.values()
+  records = _diversity_seed0()
+  cases = [p["share_floor_or_ceil"] == 1.0 for r in records
            if r["method"] == "arithmetic" for p in r["prompts"]]
-  table = llm_diversity.summarize(list(latest.values()))
+  table = llm_diversity.summarize(records)
   iid = [r["all_floor_or_ceil"] for r in table if r["method"] == "ancestral"]
   return (f"| LLM first tokens | arithmetic: every first token drawn "
           f"floor(Nq) or ceil(Nq) times in {sum(cases)} of {len(cases)} "
@@ -656,8 +662,7 @@ def bench_llm_table() -> str:
   for b, n in sorted({k[2:] for k in rate}):
     cells = [f"{rate[(who, m, b, n)]:.0f}" if (who, m, b, n) in rate else ""
              for who, m in columns]
-    row = "| " + " | ".join([str(b), str(n), *cells]) + " |"
-    lines.append(row.replace("|  |", "| |").replace("|  |", "| |"))
+    lines.append(_table_row([b, n, *cells]))
   return "\n".join(lines)
 
 
