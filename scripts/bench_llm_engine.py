@@ -9,14 +9,19 @@ The workload (the same call in both checkouts): 8 chat prompts x N samples
 (--n: 16, 64) at each temperature (--temperatures: 0.4, 0.8, 1.0), by
 arithmetic and ancestral sampling, `llm.generate(..., max_new_tokens=64)`
 with the model's stop tokens honoured, seed 0, float32, for each model
-(--models: SmolLM2-135M, Gemma 3 270M). Each configuration runs twice in
-a row: the first call compiles what it needs (its seconds are kept as
-`first_seconds`), the second is timed warm (`protocol: "warm"`). Records
-without a protocol ran each (N, method) once untimed at the first
-temperature only, so a later temperature's timed run compiled the shapes
-that the first had not met inside its time: a handicap for the compacted
-scheduler, whose shapes depend on when samples end (the fused loop of the
-code before is one program at every temperature).
+(--models: SmolLM2-135M, Gemma 3 270M). Each configuration runs in a
+process of its own, twice in a row: the first call compiles what it needs
+(its seconds are kept as `first_seconds`), the second is timed warm; the
+code before, the code after and (--peer) llama.cpp run one configuration
+each in turn, so the two sides of a row are measured minutes apart, not an
+hour (`protocol: "warm-alone"`). Older records: `"warm"` ran one model's
+configurations in one process per checkout (all of "before", then all of
+"after"; its peak memory includes the configurations run before it); no
+protocol: each (N, method) ran once untimed at the first temperature only,
+so a later temperature's timed run compiled the shapes that the first had
+not met inside its time: a handicap for the compacted scheduler, whose
+shapes depend on when samples end (the fused loop of the code before is
+one program at every temperature).
 
 * after: this checkout's HEAD (the compacted scheduler: ended rows
   dropped, a prompt prefilled once for its samples, prefixes shared).
@@ -31,20 +36,20 @@ code before is one program at every temperature).
   generated token. before: the fused loop runs all B x N rows until the
   longest sample ends (B x N x its steps); after: the compacted
   scheduler's count (`stats["row_steps"]`).
-* peak memory: the resident set's peak of the process that ran one model's
-  configurations (each model and checkout in its own process).
+* peak memory: the resident set's peak of the process that ran the
+  configuration (its model loaded, the call made twice).
 * peer (--peer): llama.cpp on the same prompts (our tokenizer's ids, chat
   template applied), N samples each by its batched decoding
   (`scripts/llamacpp_peer.py` in .venv-llamacpp: `make bench-peer-env`),
   2 threads, the same temperature and token limit, once warm-up and once
-  timed per configuration (arithmetic sampling has no llama.cpp
+  timed per configuration, right after our own two runs of it (arithmetic sampling has no llama.cpp
   counterpart: one record per (N, T)). Twice: on the GGUF file as pip
   ships it (quantized: Q4_1 for SmolLM2, Q4_K_M for Gemma 3), and on a
   float32 copy of it (the weights we compute with: the same precision).
 
 Records are appended to --out as they finish (one per checkout, model,
-configuration and kind of CPU) and a rerun skips those present on this
-kind of CPU, so a killed run resumes. Speeds are compared only between
+configuration, protocol and kind of CPU) and a rerun skips those present
+on this kind of CPU under this protocol, so a killed run resumes. Speeds are compared only between
 records of one kind of CPU (the table here: this machine's; docs/engine.md:
 the kind of the newest "after" record).
 Prints a table of before/after per configuration and a one-line summary.
@@ -70,18 +75,22 @@ PROMPTS = ["Name a fruit.", "Write a short poem about the sea.",
            "What is the capital of France?", "Explain gravity to a child.",
            "List three colours.", "What is 12 times 7?",
            "Give me a word that rhymes with cat.", "Describe a sunset."]
+METHODS = ("arithmetic", "ancestral")
+PROTOCOL = "warm-alone"  # see the module docstring
 
 
 def _key(record) -> tuple:
-  """A configuration measured on one kind of CPU: a rerun on another kind
-  measures it again (speeds are compared on one host only)."""
+  """A configuration measured on one kind of CPU under one protocol: a rerun
+  on another kind, or under a new protocol, measures it again (speeds are
+  compared on one host only)."""
   return (record["version"], record["commit"], record["model"], record["n"],
-          record["temperature"], record["method"], record.get("host"))
+          record["temperature"], record["method"], record.get("host"),
+          record.get("protocol"))
 
 
 def worker(args) -> None:
-  """Runs one model's configurations in this process (the checkout on
-  sys.path); appends each record to args.out."""
+  """Runs the configurations it is given in this process (the checkout on
+  sys.path; the orchestrator gives one); appends each record to args.out."""
   import numpy as np  # pylint: disable=g-import-not-at-top
   from arithmetic_apps import llms  # pylint: disable=g-import-not-at-top
   from arithmetic_decoding import llm as llm_lib  # pylint: disable=g-import-not-at-top
@@ -110,11 +119,11 @@ def worker(args) -> None:
     return seconds, int(lengths.sum()), row_steps
 
   for n in args.n:
-    for method in ("arithmetic", "ancestral"):
+    for method in args.methods:
       for temperature in args.temperatures:
         record = dict(version=args.version, commit=args.commit,
                       model=args.model, n=n, temperature=temperature,
-                      method=method, host=cpu_name())
+                      method=method, host=cpu_name(), protocol=PROTOCOL)
         if _key(record) in done:
           continue
         # The same call twice: the first compiles what it needs (the
@@ -123,7 +132,7 @@ def worker(args) -> None:
         first = run(n, temperature, method)[0]
         seconds, tokens, row_steps = run(n, temperature, method)
         record.update(
-            protocol="warm", first_seconds=round(first, 3),
+            first_seconds=round(first, 3),
             prompts=len(PROMPTS), max_new_tokens=64, seconds=round(seconds, 3),
             tokens=tokens, tokens_per_second=round(tokens / seconds, 1),
             row_steps=row_steps,
@@ -162,46 +171,45 @@ def f32_copy(src: str, dst: str) -> None:
   writer.close()
 
 
-def peer(args) -> None:
-  """llama.cpp records (see the module docstring), appended to args.out."""
+def peer(model: str, n: int, temperature: float, args, tmp: str) -> None:
+  """llama.cpp's records of one configuration (see the module docstring),
+  on the quantized file and on its float32 copy, appended to args.out."""
   from arithmetic_apps import llms  # pylint: disable=g-import-not-at-top
   from arithmetic_decoding import llm as llm_lib  # pylint: disable=g-import-not-at-top
   python = ROOT / ".venv-llamacpp" / "bin" / "python"
   if not python.exists():
     raise SystemExit(f"--peer needs {python} (make bench-peer-env)")
   done = _done(args.out)
-  with tempfile.TemporaryDirectory() as tmp:
-    for model in args.models:
-      llm = llms.load(model, verbose=False)
-      ids = llm_lib.prepare_prompts(llm, PROMPTS, 64, True)[1]
-      quantized = llms.gguf_path(model)
-      full = os.path.join(tmp, f"{model}-f32.gguf")
-      for label, path in (("quantized", quantized), ("float32", full)):
-        for n in args.n:
-          for temperature in args.temperatures:
-            record = dict(version=f"llama.cpp {label}", commit="peer",
-                          model=model, n=n, temperature=temperature,
-                          method="ancestral", host=cpu_name())
-            if _key(record) in done:
-              continue
-            if path == full and not os.path.exists(full):
-              f32_copy(quantized, full)
-            job = os.path.join(tmp, "job.json")
-            json.dump(dict(gguf=path, prompts=ids, n=n,
-                           temperature=temperature, max_new_tokens=64,
-                           threads=2, seed=0), open(job, "w"))
-            out = [json.loads(subprocess.run(
-                [str(python), str(ROOT / "scripts" / "llamacpp_peer.py"),
-                 job], capture_output=True, text=True,
-                check=True).stdout.strip().splitlines()[-1])
-                   for _ in range(2)][-1]  # warm-up, then timed
-            record.update(prompts=len(PROMPTS), max_new_tokens=64,
-                          seconds=out["seconds"], tokens=out["tokens"],
-                          tokens_per_second=out["tokens_per_second"],
-                          host=cpu_name())
-            with open(args.out, "a") as f:
-              f.write(json.dumps(record) + "\n")
-            print(json.dumps(record), flush=True)
+  records = [dict(version=f"llama.cpp {label}", commit="peer", model=model,
+                  n=n, temperature=temperature, method="ancestral",
+                  host=cpu_name(), protocol=PROTOCOL)
+             for label in ("quantized", "float32")]
+  if all(_key(r) in done for r in records):
+    return
+  llm = llms.load(model, verbose=False)
+  ids = llm_lib.prepare_prompts(llm, PROMPTS, 64, True)[1]
+  del llm
+  quantized = llms.gguf_path(model)
+  full = os.path.join(tmp, f"{model}-f32.gguf")
+  for record, path in zip(records, (quantized, full)):
+    if _key(record) in done:
+      continue
+    if path == full and not os.path.exists(full):
+      f32_copy(quantized, full)
+    job = os.path.join(tmp, "job.json")
+    json.dump(dict(gguf=path, prompts=ids, n=n, temperature=temperature,
+                   max_new_tokens=64, threads=2, seed=0), open(job, "w"))
+    out = [json.loads(subprocess.run(
+        [str(python), str(ROOT / "scripts" / "llamacpp_peer.py"), job],
+        capture_output=True, text=True,
+        check=True).stdout.strip().splitlines()[-1])
+           for _ in range(2)][-1]  # warm-up, then timed
+    record.update(prompts=len(PROMPTS), max_new_tokens=64,
+                  seconds=out["seconds"], tokens=out["tokens"],
+                  tokens_per_second=out["tokens_per_second"])
+    with open(args.out, "a") as f:
+      f.write(json.dumps(record) + "\n")
+    print(json.dumps(record), flush=True)
 
 
 def _done(path) -> set:
@@ -225,13 +233,19 @@ def _commit(ref: str, cwd=ROOT) -> str:
 
 
 def _spawn(checkout: pathlib.Path, version: str, commit: str, model: str,
-           args) -> None:
+           n: int, method: str, temperature: float, args) -> None:
+  """One configuration of one checkout in a fresh process, unless done."""
+  record = dict(version=version, commit=commit, model=model, n=n,
+                temperature=temperature, method=method, host=cpu_name(),
+                protocol=PROTOCOL)
+  if _key(record) in _done(args.out):
+    return
   env = dict(os.environ, PYTHONPATH=os.pathsep.join(
       [str(checkout), str(checkout / "apps")]))
   cmd = [sys.executable, str(ROOT / "scripts" / "bench_llm_engine.py"),
          "--worker", "--version", version, "--commit", commit, "--model",
-         model, "--out", str(args.out), "--n", *map(str, args.n),
-         "--temperatures", *map(str, args.temperatures)]
+         model, "--out", str(args.out), "--n", str(n), "--methods", method,
+         "--temperatures", str(temperature)]
   subprocess.run(cmd, env=env, check=True)
 
 
@@ -287,6 +301,8 @@ def main(argv=None):
                       help="also llama.cpp on the same workload")
   parser.add_argument("--peer_only", action="store_true",
                       help="only llama.cpp (our records stay as they are)")
+  parser.add_argument("--methods", nargs="+", default=list(METHODS),
+                      choices=METHODS)
   parser.add_argument("--worker", action="store_true")
   parser.add_argument("--version")
   parser.add_argument("--commit")
@@ -299,23 +315,31 @@ def main(argv=None):
   if args.baseline != "none":
     versions.insert(0, ("before", _commit(args.baseline)))
   commits = {commit for _, commit in versions}
+  run_ours = not (args.report_only or args.peer_only)
+  run_peer = (args.peer or args.peer_only) and not args.report_only
   with tempfile.TemporaryDirectory() as tmp:
     checkouts = []
     try:
-      for version, commit in ([] if args.report_only or args.peer_only
-                              else versions):
+      for version, commit in versions if run_ours else []:
         tree = pathlib.Path(tmp) / version
         subprocess.run(["git", "worktree", "add", "--detach", str(tree),
                         commit], cwd=ROOT, check=True, capture_output=True)
         checkouts.append(tree)
-        for model in args.models:
-          _spawn(tree, version, commit, model, args)
+      # Configuration by configuration: before, after, then the peer, so
+      # the sides of a row are measured minutes apart.
+      for model in args.models:
+        for n in args.n:
+          for method in args.methods:
+            for temperature in args.temperatures:
+              for (version, commit), tree in zip(versions, checkouts):
+                _spawn(tree, version, commit, model, n, method, temperature,
+                       args)
+              if run_peer and method == "ancestral":
+                peer(model, n, temperature, args, tmp)
     finally:
       for tree in checkouts:
         subprocess.run(["git", "worktree", "remove", "--force", str(tree)],
                        cwd=ROOT, check=False)
-  if (args.peer or args.peer_only) and not args.report_only:
-    peer(args)
   report = summary(args.out, commits)
   print(f"{'model':14} {'N':>3} {'T':>4} {'method':10} {'before':>8} "
         f"{'after':>8} {'x':>6} {'rs/tok b':>8} {'rs/tok a':>8}")

@@ -237,18 +237,29 @@ def experiments_speed_table() -> str:
   return "\n".join(lines)
 
 
-def _engine_records() -> Dict[tuple, dict]:
-  """The latest record of each configuration, all from one kind of CPU:
-  the host of the newest "after" record (speeds of two hosts are never
-  compared; the other hosts' records stay in the file)."""
+def _engine_records(host: str = None) -> Dict[tuple, dict]:
+  """The latest record of each configuration, all from one kind of CPU
+  (`host`; by default the host of the newest "after" record): speeds of
+  two hosts are never compared."""
   records = _jsonl(RESULTS / "llm" / "bench_engine.jsonl")
-  host = [r for r in records if r["version"] == "after"][-1]["host"]
+  if host is None:
+    host = [r for r in records if r["version"] == "after"][-1]["host"]
   latest = {}
   for r in records:
     if r["host"] == host:
       latest[(r["version"], r["model"], r["n"], r["temperature"],
               r["method"])] = r
   return latest
+
+
+def _engine_hosts() -> List[str]:
+  """The kinds of CPU with "after" records, the newest one's first."""
+  records = _jsonl(RESULTS / "llm" / "bench_engine.jsonl")
+  hosts = []
+  for r in reversed(records):
+    if r["version"] == "after" and r["host"] not in hosts:
+      hosts.append(r["host"])
+  return hosts
 
 
 def llm_engine_row() -> str:
@@ -284,31 +295,36 @@ def llm_engine_row() -> str:
 
 
 def llm_engine_table() -> str:
-  """docs/engine.md: the benchmark per configuration."""
-  latest = _engine_records()
-  lines = ["| model | N | T | method | before tok/s | after tok/s | x | "
-           "row-steps / token before, after | peak MiB before, after | "
-           "llama.cpp quantized, float32 tok/s | after at |",
-           "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|"]
-  for (version, model, n, t, method), a in sorted(latest.items()):
-    if version != "after":
-      continue
-    b = latest.get(("before", model, n, t, method))
-    peers = [latest.get((f"llama.cpp {kind}", model, n, t, "ancestral"))
-             for kind in ("quantized", "float32")]
-    peer = (", ".join(f"{p['tokens_per_second']:.0f}" if p else "-"
-                      for p in peers) if method == "ancestral" else "")
-    lines.append(
-        f"| {model} | {n} | {t} | {method} | "
-        f"{b['tokens_per_second'] if b else '-'} | {a['tokens_per_second']} "
-        f"| {a['tokens_per_second'] / b['tokens_per_second']:.2f} | "
-        f"{b['row_steps_per_token'] if b else '-'}, "
-        f"{a['row_steps_per_token']} | {b['peak_mib'] if b else '-'}, "
-        f"{a['peak_mib']} | {peer} | {a['commit']} |" if b else
-        f"| {model} | {n} | {t} | {method} | - | {a['tokens_per_second']} | "
-        f"- | -, {a['row_steps_per_token']} | -, {a['peak_mib']} | {peer} | "
-        f"{a['commit']} |")
-  return "\n".join(lines + _measured_on(latest.values()))
+  """docs/engine.md: the benchmark per configuration, one table per kind of
+  CPU (the newest first)."""
+  tables = []
+  for host in _engine_hosts():
+    latest = _engine_records(host)
+    lines = ["| model | N | T | method | before tok/s | after tok/s | x | "
+             "row-steps / token before, after | peak MiB before, after | "
+             "llama.cpp quantized, float32 tok/s | after at |",
+             "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|"]
+    for (version, model, n, t, method), a in sorted(latest.items()):
+      if version != "after":
+        continue
+      b = latest.get(("before", model, n, t, method))
+      peers = [latest.get((f"llama.cpp {kind}", model, n, t, "ancestral"))
+               for kind in ("quantized", "float32")]
+      peer = (", ".join(f"{p['tokens_per_second']:.0f}" if p else "-"
+                        for p in peers) if method == "ancestral" else "")
+      lines.append(
+          f"| {model} | {n} | {t} | {method} | "
+          f"{b['tokens_per_second'] if b else '-'} | "
+          f"{a['tokens_per_second']} | "
+          f"{a['tokens_per_second'] / b['tokens_per_second']:.2f} | "
+          f"{b['row_steps_per_token'] if b else '-'}, "
+          f"{a['row_steps_per_token']} | {b['peak_mib'] if b else '-'}, "
+          f"{a['peak_mib']} | {peer} | {a['commit']} |" if b else
+          f"| {model} | {n} | {t} | {method} | - | {a['tokens_per_second']} "
+          f"| - | -, {a['row_steps_per_token']} | -, {a['peak_mib']} | "
+          f"{peer} | {a['commit']} |")
+    tables.append("\n".join(lines + _measured_on(latest.values())))
+  return "\n\n".join(tables)
 
 
 def server_table() -> str:
