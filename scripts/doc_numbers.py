@@ -279,11 +279,17 @@ def llm_engine_row() -> str:
       if twin:
         ratios.append(twin["tokens_per_second"] / after["tokens_per_second"])
   def grid(model):
+    """The configurations measured, e.g. "m (N = 16, 64; T = 0.4-1.0)", or
+    per N where the temperatures differ between them."""
     keys = [k for k in latest if k[0] == "after" and k[1] == model]
-    ns = sorted({k[2] for k in keys})
-    ts = sorted({k[3] for k in keys})
-    return (f"{model} (N = {', '.join(map(str, ns))}; T = "
-            f"{ts[0] if len(ts) == 1 else f'{ts[0]}-{ts[-1]}'})")
+    temps = {n: sorted({k[3] for k in keys if k[2] == n})
+             for n in sorted({k[2] for k in keys})}
+    span = lambda ts: str(ts[0]) if len(ts) == 1 else f"{ts[0]}-{ts[-1]}"
+    if len({tuple(ts) for ts in temps.values()}) == 1:
+      return (f"{model} (N = {', '.join(map(str, temps))}; T = "
+              f"{span(next(iter(temps.values())))})")
+    return f"{model} (" + "; ".join(f"N = {n}: T = {span(ts)}"
+                                    for n, ts in temps.items()) + ")"
   models = sorted({k[1] for k in latest if k[0] == "after"})
   return (f"| LLM sampling | {' and '.join(grid(m) for m in models)}: 8 chat "
           f"prompts x N, 64 new tokens, float32, 2 CPU cores: "
@@ -323,7 +329,17 @@ def llm_engine_table() -> str:
           f"| {model} | {n} | {t} | {method} | - | {a['tokens_per_second']} "
           f"| - | -, {a['row_steps_per_token']} | -, {a['peak_mib']} | "
           f"{peer} | {a['commit']} |")
-    tables.append("\n".join(lines + _measured_on(latest.values())))
+    shown = [r for k, r in latest.items()
+             if ("after",) + k[1:] in latest]  # the records of the rows
+    kinds = {}
+    for r in shown:
+      kinds[r.get("protocol") or "none"] = kinds.get(
+          r.get("protocol") or "none", 0) + 1
+    lines += _measured_on(latest.values())
+    lines.append("Protocol (`scripts/bench_llm_engine.py`'s docstring), "
+                 "records: " + ", ".join(f"{k} {v}" for k, v in
+                                         sorted(kinds.items())) + ".")
+    tables.append("\n".join(lines))
   return "\n\n".join(tables)
 
 
