@@ -18,6 +18,7 @@ record, and regenerated, not typed, wherever a page shows it.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import pathlib
 import re
@@ -242,8 +243,7 @@ def _engine_records(host: str = None) -> Dict[tuple, dict]:
   (`host`; by default the host of the newest "after" record): speeds of
   two hosts are never compared."""
   records = _jsonl(RESULTS / "llm" / "bench_engine.jsonl")
-  if host is None:
-    host = [r for r in records if r["version"] == "after"][-1]["host"]
+  host = host or _engine_hosts()[0]
   latest = {}
   for r in records:
     if r["host"] == host:
@@ -331,10 +331,7 @@ def llm_engine_table() -> str:
           f"{peer} | {a['commit']} |")
     shown = [r for k, r in latest.items()
              if ("after",) + k[1:] in latest]  # the records of the rows
-    kinds = {}
-    for r in shown:
-      kinds[r.get("protocol") or "none"] = kinds.get(
-          r.get("protocol") or "none", 0) + 1
+    kinds = collections.Counter(r.get("protocol") or "none" for r in shown)
     lines += _measured_on(latest.values())
     lines.append("Protocol (`scripts/bench_llm_engine.py`'s docstring), "
                  "records: " + ", ".join(f"{k} {v}" for k, v in
