@@ -42,16 +42,18 @@ one program at every temperature).
   template applied), N samples each by its batched decoding
   (`scripts/llamacpp_peer.py` in .venv-llamacpp: `make bench-peer-env`),
   2 threads, the same temperature and token limit, once warm-up and once
-  timed per configuration, right after our own two runs of it (arithmetic sampling has no llama.cpp
-  counterpart: one record per (N, T)). Twice: on the GGUF file as pip
-  ships it (quantized: Q4_1 for SmolLM2, Q4_K_M for Gemma 3), and on a
-  float32 copy of it (the weights we compute with: the same precision).
+  timed per configuration, right after our own two runs of it
+  (arithmetic sampling has no llama.cpp counterpart: one record per
+  (N, T)). Twice: on the GGUF file as pip ships it (quantized: Q4_1 for
+  SmolLM2, Q4_K_M for Gemma 3), and on a float32 copy of it (the weights
+  we compute with: the same precision).
 
 Records are appended to --out as they finish (one per checkout, model,
 configuration, protocol and kind of CPU) and a rerun skips those present
-on this kind of CPU under this protocol, so a killed run resumes. Speeds are compared only between
-records of one kind of CPU (the table here: this machine's; docs/engine.md:
-the kind of the newest "after" record).
+on this kind of CPU under this protocol, so a killed run resumes. Speeds
+are compared only between records of one kind of CPU (the table here:
+this machine's, the latest "after" record of each configuration whatever
+its commit; docs/engine.md: one table per kind).
 Prints a table of before/after per configuration and a one-line summary.
 """
 
@@ -256,7 +258,10 @@ def summary(path, commits) -> dict:
   for line in open(path):
     if line.strip():
       r = json.loads(line)
-      if r["commit"] in commits and r.get("host") == cpu_name():
+      # The latest "after" of each configuration, whatever its commit (a
+      # commit that changed only scripts or docs does not void it).
+      if ((r["version"] != "before" or r["commit"] in commits) and
+          r.get("host") == cpu_name()):
         latest[(r["version"], r["model"], r["n"], r["temperature"],
                 r["method"])] = r
   rows = []
