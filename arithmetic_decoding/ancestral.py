@@ -27,10 +27,14 @@ logits)`, bit for bit, computed that way:
    token of largest value wins, as argmax picks it.
 
 When the candidates exceed the largest capacity (a flat distribution at
-a high temperature), when the logits hold NaN or +inf, or when JAX is set
-to draw differently (another PRNG, `jax_threefry_partitionable` off,
-`jax_high_dynamic_range_gumbel` on, logits not float32), it draws every
-token, as `jax.random.categorical` does.
+a high temperature: a pooled token costs about three of the full draw's,
+so no capacity exceeds a third of the vocabulary), it draws every token's
+noise and picks the first token of largest value by two plain reductions
+(`jax.random.categorical`'s argmax, one reduction of (value, index)
+pairs, is slow on XLA:CPU). When the logits hold NaN or +inf, or when JAX
+is set to draw differently (another PRNG, `jax_threefry_partitionable`
+off, `jax_high_dynamic_range_gumbel` on, logits not float32), it calls
+`jax.random.categorical` itself.
 
   >>> keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(
   ...     jax.random.PRNGKey(0), jnp.arange(3))
@@ -42,11 +46,16 @@ token, as `jax.random.categorical` does.
 On the translator's 8,000-token vocabulary a row has a median of 2
 tokens that can win at T = 0.1 and 84 at T = 0.5, where a tenth of rows
 have over 300 (`scripts/profile_step.py`): the pooled capacities (2, 8,
-32, 128 blocks per row on average) hold most steps. The pool mixes rows, so under an automatic (GSPMD)
-partitioning of the rows it would need collectives; `Ancestral(pruned=
-True)` uses it where the rows of a call are on one device (the
-translator's compacted decoding), and plain `Ancestral()` keeps the
-per-row draw.
+32, 128 blocks per row on average) hold most steps. On Gemma 3's 262,144
+tokens a row has a mean of 22 candidate blocks at T = 0.4, 1,480 at 0.8
+and 5,596 at 1.0 (of 16,384), and a draw for 64 rows costs 23, 64 and
+221 ms against 313, 303 and 323 ms for `jax.random.categorical`
+(`python scripts/profile_llm_draw.py`, results/llm/profile_draw.jsonl).
+
+The pool mixes rows, so under an automatic (GSPMD) partitioning of the
+rows it would need collectives; `Ancestral(pruned=True)` uses it where
+the rows of a call are on one device (the compacted scheduler), and
+plain `Ancestral()` keeps the per-row draw.
 """
 
 from __future__ import annotations
@@ -66,8 +75,16 @@ GUMBEL_MAX = 15.95
 
 BLOCK = 16
 
-# Pooled candidate blocks, per row on average: one compiled branch each.
-CAPACITIES = (2, 8, 32, 128)
+# Pooled candidate blocks, per row on average: one compiled branch each,
+# where it is at most a third of the vocabulary's blocks: a pooled token
+# costs two to four of the full draw's (gathers, scatters, the pooling).
+# On 64 rows (`scripts/profile_llm_draw.py --sweep`, results/llm/
+# profile_draw.jsonl): 8,000 tokens, 128 blocks (26 %) 3.5 ms against
+# 5.3 ms for every token's noise; 49,152 tokens, 512 blocks (17 %) 15.0 ms
+# and 2048 (67 %) 31.9 ms against 31.2 ms; 262,144 tokens, 2048 blocks
+# (12 %) 68 ms against 225 ms.
+CAPACITIES = (2, 8, 32, 128, 512, 2048)
+MAX_POOLED_SHARE = 1 / 3
 
 
 def gumbel_from_bits(bits: jax.Array) -> jax.Array:
@@ -117,6 +134,27 @@ def _every_token(keys, logits):
   return jax.vmap(jax.random.categorical)(keys, logits).astype(jnp.int32)
 
 
+def _first_of_largest(x):
+  """float [R, V] without NaN -> ([R] largest values, [R] int32 first
+  index of each): `jnp.argmax`'s answer by two plain reductions, which
+  XLA:CPU vectorizes (its argmax, one reduction of (value, index) pairs,
+  costs about as much as drawing the noise on a 262k vocabulary)."""
+  best = jnp.max(x, axis=-1)  # [R]
+  index = lax.broadcasted_iota(jnp.int32, x.shape, 1)
+  first = jnp.min(jnp.where(x == best[:, None], index, x.shape[1]), axis=-1)
+  return best, first
+
+
+def _every_token_regular(keys, logits):
+  """`_every_token` where no logit is NaN or +inf: the same noise, and
+  argmax's first token of largest value (`_first_of_largest`)."""
+  vocab = logits.shape[1]
+  # [R] keys -> [R, V]
+  noise = jax.vmap(lambda k: jax.random.gumbel(k, (vocab,), logits.dtype))(
+      keys)
+  return _first_of_largest(noise + logits)[1]
+
+
 def _pooled(key_data, padded, candidates, owner, *, capacity: int,
             vocab: int):
   """The winners among the candidate blocks of all rows, pooled into
@@ -139,6 +177,19 @@ def _pooled(key_data, padded, candidates, owner, *, capacity: int,
   first = jnp.where(value == best[row][:, None], token, vocab)
   return jax.ops.segment_min(first.min(axis=-1), row,
                              num_segments=rows).astype(jnp.int32)
+
+
+def pooled_capacities(capacities: Sequence[int], num_blocks: int,
+                      num_rows: int) -> list:
+  """The pooled branches' sizes in blocks, ascending: each capacity (per
+  row on average) of at most `MAX_POOLED_SHARE` of the blocks, times the
+  rows.
+
+  >>> pooled_capacities(CAPACITIES, 500, 4)  # 8000 tokens
+  [8, 32, 128, 512]
+  """
+  return sorted({int(c) * num_rows for c in capacities
+                 if int(c) <= MAX_POOLED_SHARE * num_blocks})
 
 
 def categorical_rows(keys: jax.Array, logits: jax.Array,
@@ -175,21 +226,26 @@ def categorical_rows(keys: jax.Array, logits: jax.Array,
   # [P, V] -> [P, NB * BLOCK], padded with -inf (never a candidate)
   padded = jnp.pad(logits, ((0, 0), (0, num_blocks * BLOCK - vocab)),
                    constant_values=-jnp.inf)
-  # [P, NB] -> [R, NB]
-  block_max = gather(padded.reshape(-1, num_blocks, BLOCK).max(axis=-1))
-  top = jnp.argmax(logits, axis=-1)  # [P]
-  top_logit = jnp.take_along_axis(logits, top[:, None], axis=-1)[:, 0]
+  blocks = padded.reshape(-1, num_blocks, BLOCK)  # [P, NB, BLOCK]
+  own_max = blocks.max(axis=-1)  # [P, NB]
+  # The most likely token: the first one of the largest value in the
+  # first block that holds it (no second pass over the vocabulary).
+  top_logit, top_block = _first_of_largest(own_max)  # [P]
+  in_block = jnp.take_along_axis(blocks, top_block[:, None, None],
+                                 axis=1)[:, 0]  # [P, BLOCK]
+  top = top_block * BLOCK + _first_of_largest(in_block)[1]  # [P]
+  block_max = gather(own_max)  # [P, NB] -> [R, NB]
   top, top_logit = gather(top), gather(top_logit)  # [R]
   top_value = top_logit + gumbel_from_bits(token_bits(key_data, top))  # [R]
   candidates = block_max + jnp.float32(GUMBEL_MAX) >= top_value[:, None]
-  caps = sorted({min(int(c) * num_rows, num_rows * num_blocks)
-                 for c in capacities if int(c) * num_rows < num_rows * num_blocks})
-  # NaN or +inf anywhere (argmax finds them first, as it does in the full
-  # draw; a max reduction may not propagate NaN): argmax's rules for them,
-  # by the full draw.
-  irregular = jnp.any(jnp.isnan(top_value) | (top_value == jnp.inf))
+  caps = pooled_capacities(capacities, num_blocks, num_rows)
+  # NaN or +inf anywhere (a max reduction may not propagate NaN; argmax
+  # picks them first): jax.random.categorical's own rules, by itself.
+  irregular = jnp.any(jnp.isnan(logits) | (logits == jnp.inf))
   count = jnp.sum(candidates)
-  branch = jnp.where(irregular, len(caps),
+  # A capacity that holds them, else every token (len(caps)); irregular
+  # logits by jax.random.categorical itself (len(caps) + 1).
+  branch = jnp.where(irregular, len(caps) + 1,
                      jnp.searchsorted(jnp.array(caps, jnp.int32), count))
   owner = (jnp.arange(num_rows, dtype=jnp.int32) if rows is None
            else rows.astype(jnp.int32))
@@ -197,6 +253,7 @@ def categorical_rows(keys: jax.Array, logits: jax.Array,
       lambda kd, p, c, k, x, cap=cap: _pooled(kd, p, c, owner, capacity=cap,
                                               vocab=vocab)
       for cap in caps]
+  branches.append(lambda kd, p, c, k, x: _every_token_regular(k, gather(x)))
   branches.append(lambda kd, p, c, k, x: _every_token(k, gather(x)))
   return lax.switch(branch, branches, key_data, padded, candidates, keys,
                     logits)

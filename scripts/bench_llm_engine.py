@@ -50,7 +50,9 @@ one program at every temperature).
 
 Records are appended to --out as they finish (one per checkout, model,
 configuration, protocol and kind of CPU) and a rerun skips those present
-on this kind of CPU under this protocol, so a killed run resumes. Speeds
+on this kind of CPU under this protocol, so a killed run resumes; a
+configuration whose "after" is measured anew (a new commit) has its
+"before" measured again beside it. Speeds
 are compared only between records of one kind of CPU (the table here:
 this machine's, the latest "after" record of each configuration whatever
 its commit; docs/engine.md: one table per kind).
@@ -235,12 +237,14 @@ def _commit(ref: str, cwd=ROOT) -> str:
 
 
 def _spawn(checkout: pathlib.Path, version: str, commit: str, model: str,
-           n: int, method: str, temperature: float, args) -> None:
-  """One configuration of one checkout in a fresh process, unless done."""
+           n: int, method: str, temperature: float, args,
+           again: bool = False) -> None:
+  """One configuration of one checkout in a fresh process, unless done
+  (`again`: even so)."""
   record = dict(version=version, commit=commit, model=model, n=n,
                 temperature=temperature, method=method, host=cpu_name(),
                 protocol=PROTOCOL)
-  if _key(record) in _done(args.out):
+  if _key(record) in _done(args.out) and not again:
     return
   env = dict(os.environ, PYTHONPATH=os.pathsep.join(
       [str(checkout), str(checkout / "apps")]))
@@ -336,9 +340,15 @@ def main(argv=None):
         for n in args.n:
           for method in args.methods:
             for temperature in args.temperatures:
+              # A new "after" measures "before" again beside it (the
+              # summary takes the latest record of each side).
+              after = dict(version="after", commit=versions[-1][1],
+                           model=model, n=n, temperature=temperature,
+                           method=method, host=cpu_name(), protocol=PROTOCOL)
+              again = _key(after) not in _done(args.out)
               for (version, commit), tree in zip(versions, checkouts):
                 _spawn(tree, version, commit, model, n, method, temperature,
-                       args)
+                       args, again=again)
               if run_peer and method == "ancestral":
                 peer(model, n, temperature, args, tmp)
     finally:

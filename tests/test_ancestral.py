@@ -28,21 +28,22 @@ def _keys(seed, rows):
 
 def _branch(keys, logits):
   """Which branch categorical_rows takes, recomputed here in numpy from
-  jax.random's own noise: the index among the capacities, or "full"."""
+  jax.random's own noise: the index among the capacities, "full" (every
+  token's noise) or "irregular" (NaN or +inf: jax.random.categorical)."""
   x = np.asarray(logits)
   rows, vocab = x.shape
+  if np.isnan(x).any() or (x == np.inf).any():
+    return "irregular"
   noise = np.asarray(jax.vmap(lambda k: jax.random.gumbel(k, (vocab,)))(keys))
-  top = x.argmax(axis=1)
-  top_value = (x[np.arange(rows), top] + noise[np.arange(rows), top]).astype(
-      np.float32)
   blocks = -(-vocab // BLOCK)
   padded = np.full((rows, blocks * BLOCK), -np.inf, np.float32)
   padded[:, :vocab] = x
   block_max = padded.reshape(rows, blocks, BLOCK).max(axis=2)
-  if np.isnan(block_max).any() or (block_max == np.inf).any():
-    return "full"
-  count = int((block_max + np.float32(GUMBEL_MAX) >= top_value[:, None]).sum())
-  caps = sorted({c * rows for c in CAPACITIES if c * rows < rows * blocks})
+  top = x.argmax(axis=1)
+  bound = (x[np.arange(rows), top] + noise[np.arange(rows), top]).astype(
+      np.float32)
+  count = int((block_max + np.float32(GUMBEL_MAX) >= bound[:, None]).sum())
+  caps = [c * rows for c in CAPACITIES if c <= blocks / 3]
   for i, cap in enumerate(caps):
     if count <= cap:
       return i
@@ -108,14 +109,22 @@ def test_equals_jax_random_categorical_on_every_branch():
     np.testing.assert_array_equal(
         _pruned(keys, x), _reference(keys, x),
         err_msg=f"rows={rows} vocab={vocab} scale={scale} kind={kind}")
-  # A sweep of scales that walks through every branch at V = 4099.
-  for scale in (1.0, 6.0, 7.0, 8.0, 10.0, 12.0, 20.0, 40.0, 100.0):
-    x = jnp.asarray(rng.standard_normal((8, 4099)).astype(np.float32) * scale)
-    keys = _keys(int(scale), 8)
-    branches.add(_branch(keys, x))
-    np.testing.assert_array_equal(_pruned(keys, x), _reference(keys, x))
-  # Every pooled capacity and the full draw were exercised.
-  assert branches == {0, 1, 2, 3, "full"}, branches
+  # A sweep of scales that walks through every branch at V = 4099 (pooled
+  # capacities of 2-32 blocks per row: at most a third of its 257 blocks)
+  # and V = 100000 (2-2048).
+  for vocab, scales in ((4099, (1.0, 12.0, 20.0, 40.0, 100.0)),
+                        (100000, (6.0, 7.0, 8.0, 10.0, 12.0, 20.0))):
+    for scale in scales:
+      x = jnp.asarray(rng.standard_normal((8, vocab)).astype(np.float32)
+                      * scale)
+      keys = _keys(int(10 * scale), 8)
+      branch = _branch(keys, x)
+      branches.add(branch if vocab == 4099 else (vocab, branch))
+      np.testing.assert_array_equal(_pruned(keys, x), _reference(keys, x))
+  # Every pooled capacity, the full draw and the irregular one were
+  # exercised.
+  assert branches >= {0, 1, 2, "full", "irregular", (100000, 3),
+                      (100000, 4), (100000, 5)}, branches
 
 
 _pruned_shared = jax.jit(lambda keys, x, rows: categorical_rows(
