@@ -52,7 +52,8 @@ Records are appended to --out as they finish (one per checkout, model,
 configuration, protocol and kind of CPU) and a rerun skips those present
 on this kind of CPU under this protocol, so a killed run resumes; a
 configuration whose "after" is measured anew (a new commit) has its
-"before" measured again beside it. Speeds
+"before" measured again beside it (--again: the code before again even
+so; the latest record of each side counts). Speeds
 are compared only between records of one kind of CPU (the table here:
 this machine's, the latest "after" record of each configuration whatever
 its commit; docs/engine.md: one table per kind).
@@ -128,7 +129,7 @@ def worker(args) -> None:
         record = dict(version=args.version, commit=args.commit,
                       model=args.model, n=n, temperature=temperature,
                       method=method, host=cpu_name(), protocol=PROTOCOL)
-        if _key(record) in done:
+        if _key(record) in done and not args.again:
           continue
         # The same call twice: the first compiles what it needs (the
         # compacted scheduler's shapes depend on when samples end), the
@@ -251,7 +252,7 @@ def _spawn(checkout: pathlib.Path, version: str, commit: str, model: str,
   cmd = [sys.executable, str(ROOT / "scripts" / "bench_llm_engine.py"),
          "--worker", "--version", version, "--commit", commit, "--model",
          model, "--out", str(args.out), "--n", str(n), "--methods", method,
-         "--temperatures", str(temperature)]
+         "--temperatures", str(temperature)] + (["--again"] if again else [])
   subprocess.run(cmd, env=env, check=True)
 
 
@@ -312,6 +313,9 @@ def main(argv=None):
                       help="only llama.cpp (our records stay as they are)")
   parser.add_argument("--methods", nargs="+", default=list(METHODS),
                       choices=METHODS)
+  parser.add_argument("--again", action="store_true",
+                      help="measure the code before again where it is "
+                      "recorded (the latest record of a side counts)")
   parser.add_argument("--worker", action="store_true")
   parser.add_argument("--version")
   parser.add_argument("--commit")
@@ -345,10 +349,10 @@ def main(argv=None):
               after = dict(version="after", commit=versions[-1][1],
                            model=model, n=n, temperature=temperature,
                            method=method, host=cpu_name(), protocol=PROTOCOL)
-              again = _key(after) not in _done(args.out)
+              again = args.again or _key(after) not in _done(args.out)
               for (version, commit), tree in zip(versions, checkouts):
                 _spawn(tree, version, commit, model, n, method, temperature,
-                       args, again=again)
+                       args, again=again and version == "before")
               if run_peer and method == "ancestral":
                 peer(model, n, temperature, args, tmp)
     finally:

@@ -295,7 +295,8 @@ def llm_engine_row() -> str:
           f"prompts x N, 64 new tokens, float32, 2 CPU cores: "
           f"{min(speedups):.2f}-{max(speedups):.2f}x the generated tokens/s "
           f"of the code before the engine (ended rows dropped, a prompt "
-          f"prefilled once, prefixes shared); arithmetic sampling "
+          f"prefilled once, prefixes shared, ancestral noise drawn only for "
+          f"tokens that can win); arithmetic sampling "
           f"{min(ratios):.2f}-{max(ratios):.2f}x ancestral's time per token"
           " | `python scripts/bench_llm_engine.py --report_only` |")
 
