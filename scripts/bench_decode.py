@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 
 import jax
@@ -37,8 +38,17 @@ from arithmetic_apps.bench import (compile_all, decoded_tokens, loop_steps,
                                    make_decode, time_alternately)
 from arithmetic_decoding.methods import Method
 from arithmetic_decoding.models import EncoderDecoderModel, preset
+from host import cpu_name  # scripts/host.py
 
 METHODS = tuple(m.value for m in Method)
+
+
+def _commit() -> str:
+  """The checkout's short commit, '+changes' where tracked files differ."""
+  run = lambda *a: subprocess.run(["git", *a], capture_output=True,
+                                  text=True).stdout.strip()
+  dirty = run("status", "--porcelain", "--untracked-files=no")
+  return run("rev-parse", "--short", "HEAD") + ("+changes" if dirty else "")
 
 
 def measure(name: str, n: int, batch: int, length: int, source_len: int,
@@ -54,7 +64,8 @@ def measure(name: str, n: int, batch: int, length: int, source_len: int,
   times = time_alternately(fns, (params, tokens, key), repeats, "ancestral")
   record = {"preset": name, "n": n, "batch": batch, "max_decode_len": length,
             "source_len": source_len, "cross_kv": cross_kv,
-            "backend": jax.default_backend()}
+            "backend": jax.default_backend(), "host": cpu_name(),
+            "jax": jax.__version__, "commit": _commit()}
   for method in METHODS:
     seconds = statistics.median(times[method])
     out = np.asarray(outs[method][0])
@@ -93,12 +104,15 @@ def main(argv=None) -> int:
                       help="JSON-lines file: results are appended and reused.")
   args = parser.parse_args(argv)
 
-  # Records written before the cross_kv option were T5X-style, source 16.
+  # Records written before the cross_kv option were T5X-style, source 16;
+  # those before the host field were measured on a 2-core AMD EPYC.
   record_key = lambda r: (r["preset"], r["n"], r["batch"], r["max_decode_len"],
                           r.get("source_len", 16),
-                          r.get("cross_kv", "per_sample"))
+                          r.get("cross_kv", "per_sample"),
+                          r.get("host", "AMD EPYC"))
+  host = cpu_name()
   configs = [(p, n, args.batch, args.max_decode_len, args.source_len,
-              args.cross_kv) for p in args.presets for n in args.n]
+              args.cross_kv, host) for p in args.presets for n in args.n]
   done = jsonl.run_missing(
       args.out, configs, record_key,
       lambda c: measure(*c[:5], args.repeats, c[5]), "bench_decode")

@@ -71,9 +71,10 @@ def fig4_row() -> str:
 
 
 def variance_row() -> str:
-  """README: the demo's toy estimate (its JSON line, `make demo`)."""
-  toy = json.loads((RESULTS / "translation" / "demo_output.txt").read_text()
-                   .strip().splitlines()[-1])["toy"]
+  """README: the demo's toy estimate (`results/translation/demo.json`, from
+  `python -m arithmetic_apps.demo --json`; `make demo` prints the same
+  numbers readably, recorded in `demo_output.txt` beside it)."""
+  toy = json.loads((RESULTS / "translation" / "demo.json").read_text())["toy"]
   lattice, iid = toy["arithmetic (shifted lattice)"], toy["ancestral (iid codes)"]
   return (f"| variance | toy model, {toy['num_decodes']} samples, 2,000 "
           f"estimates: std {lattice['std']:.3f} arithmetic vs {iid['std']:.3f}"
@@ -421,6 +422,13 @@ def bench_decode_table() -> str:
         f"{r['arithmetic_vs_greedy_step']:.2f} | "
         f"{r['ancestral_vs_greedy_step']:.2f} | {a['tokens_per_s']:,.0f} | "
         f"{c['tokens_per_s']:,.0f} | {r['beam_vs_ancestral']:.2f} | {temps} |")
+  # Records before the host field: a 2-core AMD EPYC (scripts/bench_decode.py).
+  made = sorted({(r.get("host", "AMD EPYC"), r.get("jax", "0.10.2"),
+                  r.get("cross_kv", "per_sample"))
+                 for r in _bench_decode_records()})
+  lines += ["", "Measured on: " + "; ".join(
+      f"{host}, JAX {version}, cross-attention keys/values {kv}"
+      for host, version, kv in made) + "."]
   return "\n".join(lines)
 
 
@@ -430,7 +438,7 @@ def decode_speed_row() -> str:
             if r["preset"] == "small"]
   return (f"| speed | arithmetic decode step of mT5-small "
           f"{min(ratios):.2f}-{max(ratios):.2f}x greedy's | "
-          "`python scripts/bench_decode.py` |")
+          "`python scripts/bench_decode.py --out results/bench_decode.jsonl` |")
 
 
 def _diversity_seed0() -> List[dict]:
