@@ -200,6 +200,9 @@ def test_llm_sample_reports_bad_input_in_one_line(tmp_path, files, capsys):
   for argv, words in [
       (["--gguf", str(text), "--prompt", "he"], "not a GGUF file"),
       (["--gguf", good, "--prompt", "he", "-n", "0"], "num_samples"),
+      # Checked before the model loads: the missing file is not reached.
+      (["--gguf", str(tmp_path / "missing.gguf"), "--prompt", "he",
+        "--topp", "1.5"], "topp"),
       (["--gguf", good, "--prompt", "he", "--temperature", "-1",
         "--max_new_tokens", "4"], "temperature")]:
     assert llm_sample.main(argv) == 2

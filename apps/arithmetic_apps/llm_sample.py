@@ -18,8 +18,9 @@ import json
 import sys
 import time
 
-from arithmetic_decoding import Method
+from arithmetic_decoding import Method, validation
 from arithmetic_decoding.llm import LLM, generate
+from arithmetic_decoding.request import SamplingParams
 from arithmetic_apps import llms
 
 
@@ -47,6 +48,12 @@ def parse(argv=None):
 def main(argv=None) -> int:
   args = parse(argv)
   try:
+    # The sampling arguments are checked before the model loads (seconds):
+    # by the same record `generate` builds from them.
+    SamplingParams(
+        n=validation.check_int("num_samples", args.num_samples, minimum=1),
+        method=args.method, temperature=args.temperature, topk=args.topk,
+        topp=args.topp, max_new_tokens=args.max_new_tokens, seed=args.seed)
     llm = (LLM.load(args.gguf, dtype=args.dtype) if args.gguf else
            llms.load(args.model, args.dtype))
     chat = not args.no_chat and bool(llm.vocab.chat_template)
