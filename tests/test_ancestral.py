@@ -60,6 +60,29 @@ def test_gumbel_bound_holds_for_every_mantissa():
   assert (np.diff(noise) >= 0).all()
 
 
+def test_threefry_equals_jaxs_primitive_on_random_words():
+  # Keys and both counter words over the whole uint32 range (carries,
+  # the top bit), against JAX's own primitive, element for element.
+  from jax.extend.random import threefry2x32_p
+  words = np.random.default_rng(0).integers(
+      0, 2**32, size=(4, 1 << 16), dtype=np.uint32)
+  words[:, :4] = [[0], [2**32 - 1], [1], [2**31]]
+  words = jnp.asarray(words)
+  mine = jax.jit(ancestral.threefry2x32)(*words)
+  theirs = jax.jit(threefry2x32_p.bind)(*words)
+  for a, b in zip(mine, theirs):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_token_bits_broadcast_keys_over_tokens():
+  # [R, 1, 2] keys against [R, V] tokens: each row its key's bits.
+  keys = _keys(3, 5)
+  tokens = jnp.tile(jnp.arange(300), (5, 1))
+  np.testing.assert_array_equal(
+      token_bits(keys[:, None, :], tokens),
+      jax.vmap(lambda k: jax.random.bits(k, (300,)))(keys))
+
+
 @pytest.mark.parametrize("vocab", [1, 2, 17, 8000])
 def test_noise_and_bits_are_jax_randoms(vocab):
   key = jax.random.PRNGKey(vocab)
