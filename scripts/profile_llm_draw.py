@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
+import subprocess
 import time
 
 import jax
@@ -205,6 +206,15 @@ def capacity_sweep(vocabs=(8000, 49152, 262144),
   return out
 
 
+def _commit() -> str:
+  """The checkout's short commit, '+changes' where tracked files differ."""
+  run = lambda *a: subprocess.run(["git", *a], capture_output=True, text=True,
+                                  cwd=pathlib.Path(__file__).parent).stdout
+  dirty = run("status", "--porcelain", "--untracked-files=no").strip()
+  return run("rev-parse", "--short", "HEAD").strip() + (
+      "+changes" if dirty else "")
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--model", default="gemma3-270m")
@@ -218,7 +228,8 @@ def main(argv=None):
   if args.sweep:
     rows = capacity_sweep()
     with open(args.out, "a") as f:
-      f.write(json.dumps({"sweep": rows, "host": cpu_name()}) + "\n")
+      f.write(json.dumps({"sweep": rows, "host": cpu_name(),
+                          "commit": _commit()}) + "\n")
     for r in rows:
       print(f"V={r['vocab']}: every token {r['every_token_ms']} ms; pooled "
             + ", ".join(f"{p['capacity']} blocks ({p['share']:.0%}) "
@@ -227,7 +238,7 @@ def main(argv=None):
   llm = llms.load(args.model)
   capacity_options = [(2, 8, 32, 128), tuple(CAPACITIES)]
   report = {"model": args.model, "host": cpu_name(), "rows_per_draw": ROWS,
-            "temperatures": []}
+            "commit": _commit(), "temperatures": []}
   for t in args.temperatures:
     report["temperatures"].append(profile(llm, t, args.seed_blocks,
                                           capacity_options))
