@@ -48,9 +48,12 @@ tokens that can win at T = 0.1 and 84 at T = 0.5, where a tenth of rows
 have over 300 (`scripts/profile_step.py`): the pooled capacities (2, 8,
 32, 128 blocks per row on average) hold most steps. On Gemma 3's 262,144
 tokens a row has a mean of 22 candidate blocks at T = 0.4, 1,480 at 0.8
-and 5,596 at 1.0 (of 16,384), and a draw for 64 rows costs 23, 64 and
-221 ms against 313, 303 and 323 ms for `jax.random.categorical`
+and 5,596 at 1.0 (of 16,384), and a draw for 64 rows costs 23, 28 and
+108 ms against 319, 319 and 330 ms for `jax.random.categorical`
 (`python scripts/profile_llm_draw.py`, results/llm/profile_draw.jsonl).
+Part of that is the hash itself: the tokens' bits come from
+`threefry2x32`, the same function as JAX's threefry primitive written as
+plain uint32 arithmetic, which XLA:CPU compiles into one vectorized loop.
 
 The pool mixes rows, so under an automatic (GSPMD) partitioning of the
 rows it would need collectives; `Ancestral(pruned=True)` uses it where
@@ -76,12 +79,12 @@ BLOCK = 16
 
 # Pooled candidate blocks, per row on average: one compiled branch each,
 # where it is at most a third of the vocabulary's blocks: a pooled token
-# costs two to four of the full draw's (gathers, scatters, the pooling).
+# costs more than one of the full draw's (gathers, scatters, the pooling).
 # On 64 rows (`scripts/profile_llm_draw.py --sweep`, results/llm/
-# profile_draw.jsonl): 8,000 tokens, 128 blocks (26 %) 3.5 ms against
-# 5.3 ms for every token's noise; 49,152 tokens, 512 blocks (17 %) 15.0 ms
-# and 2048 (67 %) 31.9 ms against 31.2 ms; 262,144 tokens, 2048 blocks
-# (12 %) 68 ms against 225 ms.
+# profile_draw.jsonl, at fff34b6): 8,000 tokens, 128 blocks (26 %) 1.5 ms
+# against 4.3 ms for every token's noise; 49,152 tokens, 512 blocks (17 %)
+# 6.1 ms and 2048 (67 %) 18.0 ms against 17.7 ms; 262,144 tokens, 2048
+# blocks (12 %) 36.8 ms against 100.3 ms.
 CAPACITIES = (2, 8, 32, 128, 512, 2048)
 MAX_POOLED_SHARE = 1 / 3
 
