@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 
 import jax
@@ -38,17 +37,9 @@ from arithmetic_apps.bench import (compile_all, decoded_tokens, loop_steps,
                                    make_decode, time_alternately)
 from arithmetic_decoding.methods import Method
 from arithmetic_decoding.models import EncoderDecoderModel, preset
-from host import cpu_name  # scripts/host.py
+from host import commit, cpu_name  # scripts/host.py
 
 METHODS = tuple(m.value for m in Method)
-
-
-def _commit() -> str:
-  """The checkout's short commit, '+changes' where tracked files differ."""
-  run = lambda *a: subprocess.run(["git", *a], capture_output=True,
-                                  text=True).stdout.strip()
-  dirty = run("status", "--porcelain", "--untracked-files=no")
-  return run("rev-parse", "--short", "HEAD") + ("+changes" if dirty else "")
 
 
 def measure(name: str, n: int, batch: int, length: int, source_len: int,
@@ -65,7 +56,7 @@ def measure(name: str, n: int, batch: int, length: int, source_len: int,
   record = {"preset": name, "n": n, "batch": batch, "max_decode_len": length,
             "source_len": source_len, "cross_kv": cross_kv,
             "backend": jax.default_backend(), "host": cpu_name(),
-            "jax": jax.__version__, "commit": _commit()}
+            "jax": jax.__version__, "commit": commit(mark_changes=True)}
   for method in METHODS:
     seconds = statistics.median(times[method])
     out = np.asarray(outs[method][0])

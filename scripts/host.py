@@ -23,7 +23,11 @@ def cpu_name() -> str:
   return platform.processor()
 
 
-def commit() -> str:
-  """The checkout's short commit id (the records' `commit` field)."""
-  return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                        capture_output=True, text=True).stdout.strip()
+def commit(mark_changes: bool = False) -> str:
+  """The checkout's short commit id (the records' `commit` field); with
+  `mark_changes`, '+changes' appended where tracked files differ from it."""
+  run = lambda *a: subprocess.run(["git", *a], cwd=ROOT, capture_output=True,
+                                  text=True).stdout.strip()
+  dirty = mark_changes and run("status", "--porcelain",
+                               "--untracked-files=no")
+  return run("rev-parse", "--short", "HEAD") + ("+changes" if dirty else "")

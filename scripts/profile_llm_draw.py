@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
-import subprocess
 import time
 
 import jax
@@ -54,7 +53,7 @@ from arithmetic_decoding.ancestral import (BLOCK, CAPACITIES, GUMBEL_MAX,
 from arithmetic_decoding.choosers import row_keys
 from arithmetic_apps import llms
 from bench_llm_engine import PROMPTS  # scripts/
-from host import cpu_name  # scripts/
+from host import commit, cpu_name  # scripts/
 
 ROWS = 64  # rows per timed draw, and per step when pooling
 OUT = pathlib.Path(__file__).resolve().parent.parent / "results" / "llm" / (
@@ -206,15 +205,6 @@ def capacity_sweep(vocabs=(8000, 49152, 262144),
   return out
 
 
-def _commit() -> str:
-  """The checkout's short commit, '+changes' where tracked files differ."""
-  run = lambda *a: subprocess.run(["git", *a], capture_output=True, text=True,
-                                  cwd=pathlib.Path(__file__).parent).stdout
-  dirty = run("status", "--porcelain", "--untracked-files=no").strip()
-  return run("rev-parse", "--short", "HEAD").strip() + (
-      "+changes" if dirty else "")
-
-
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--model", default="gemma3-270m")
@@ -229,7 +219,7 @@ def main(argv=None):
     rows = capacity_sweep()
     with open(args.out, "a") as f:
       f.write(json.dumps({"sweep": rows, "host": cpu_name(),
-                          "commit": _commit()}) + "\n")
+                          "commit": commit(mark_changes=True)}) + "\n")
     for r in rows:
       print(f"V={r['vocab']}: every token {r['every_token_ms']} ms; pooled "
             + ", ".join(f"{p['capacity']} blocks ({p['share']:.0%}) "
@@ -238,7 +228,7 @@ def main(argv=None):
   llm = llms.load(args.model)
   capacity_options = [(2, 8, 32, 128), tuple(CAPACITIES)]
   report = {"model": args.model, "host": cpu_name(), "rows_per_draw": ROWS,
-            "commit": _commit(), "temperatures": []}
+            "commit": commit(mark_changes=True), "temperatures": []}
   for t in args.temperatures:
     report["temperatures"].append(profile(llm, t, args.seed_blocks,
                                           capacity_options))
