@@ -114,9 +114,11 @@ def threefry2x32(key0: jax.Array, key1: jax.Array, count0: jax.Array,
   plain uint32 arithmetic that broadcasts its arguments.
 
   XLA:CPU compiles these elementwise operations into one vectorized loop,
-  about 8x faster than JAX's own lowering of the primitive under `vmap`
-  (`jax.random.bits` for 64 keys x 262,144 counters: 23 against 187 ms on
-  2 cores; `python scripts/profile_llm_draw.py --sweep` times the draws).
+  far faster than JAX's own lowering of the primitive under `vmap`: the
+  draw of every token's noise for 64 rows of 262,144 tokens, mostly
+  hashing, took 225 ms with the primitive and 100 ms with this on 2 cores
+  (`python scripts/profile_llm_draw.py --sweep`, the records of
+  results/llm/profile_draw.jsonl before and at fff34b6).
 
   uint32 arrays (broadcast together) -> two uint32 arrays of their shape.
 
