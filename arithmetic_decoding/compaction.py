@@ -86,7 +86,8 @@ class Compaction:
     segment_steps: loop steps per compiled call; ended rows are dropped
       between calls.
     multiple: rows kept per pool are rounded up to this times a power
-      of two (`geometric`) or to a multiple of this.
+      of two (`geometric`) or to a multiple of this (or of more: see
+      `per_octave`).
     min_rows: never run the model on fewer rows than this in one call
       (XLA:CPU picks other dot kernels for small batches, which moves last
       bits). A decode of fewer sample rows runs as the fused loop does
@@ -101,6 +102,12 @@ class Compaction:
       of decoding more ended rows. On the bench workload
       (`scripts/bench_experiments.py --rounding`): the first pass, compiles
       included, ~20 % shorter; ~8 % fewer tokens/s once compiled.
+    per_octave: with `geometric` off and this k > 0, counts are rounded
+      to a multiple of max(`multiple`, 2^j / k) where 2^j < n <= 2^(j+1):
+      k counts per doubling, so at most about 1/k of the rows kept are
+      ended ones, and the distinct counts up to R grow as k log2(R), not
+      R / `multiple` (with `multiple` 16 and k 4: 64, 80, 96, 112, 128,
+      160, 192, 224, 256, 320, ...). 0: multiples of `multiple`.
     pad_small: decodes of fewer than `min_rows` sample rows still run the
       model on at least `min_rows` rows, so that a sample's bits do not
       depend on how many rows it was decoded with (the LLM entry points:
@@ -126,11 +133,17 @@ class Compaction:
   geometric: bool = True
   pad_small: bool = False
   pad_samples: bool = False
+  per_octave: int = 0
 
   def __post_init__(self):
     for name in ("segment_steps", "multiple", "min_rows"):
       validation.check_int(f"Compaction.{name}", getattr(self, name),
                            minimum=1)
+    validation.check_int("Compaction.per_octave", self.per_octave, minimum=0)
+    if self.per_octave and self.geometric:
+      raise ValueError("Compaction.per_octave needs geometric=False "
+                       "(geometric counts are one per doubling already); "
+                       f"got per_octave={self.per_octave}.")
     for name in ("share_prefixes", "geometric", "pad_small", "pad_samples"):
       if not isinstance(getattr(self, name), bool):
         raise TypeError(f"Compaction.{name} must be a bool; got "
@@ -314,12 +327,12 @@ def pack_model_rows(owner: np.ndarray, ended: np.ndarray, groups: int,
 
 
 def keep_rows(ended: np.ndarray, groups: int, multiple: int,
-              min_per_group: int, geometric: bool = True) -> np.ndarray:
+              min_per_group: int, geometric: bool = True,
+              per_octave: int = 0) -> np.ndarray:
   """Which live rows the next segment decodes: per group of consecutive
   rows, those not ended first (in order), then ended ones up to a count
-  that is the most of any group rounded up to `multiple` x 2^k (to a
-  multiple of `multiple` if not `geometric`), at least `min_per_group`,
-  at most the group.
+  that is the most of any group rounded up by `_round`, at least
+  `min_per_group`, at most the group.
 
   >>> keep_rows(np.array([1, 0, 1, 1, 0, 0, 1, 1], bool), 2, 2, 1).tolist()
   [1, 0, 4, 5]
@@ -329,7 +342,8 @@ def keep_rows(ended: np.ndarray, groups: int, multiple: int,
   per_group = ended.size // groups
   ended = ended.reshape(groups, per_group)
   need = int((~ended).sum(axis=1).max())
-  keep = _round(need, multiple, min_per_group, per_group, geometric)
+  keep = _round(need, multiple, min_per_group, per_group, geometric,
+                per_octave)
   # Stable: within a group, decoding rows first in their order, then ended.
   order = np.argsort(ended, axis=1, kind="stable")[:, :keep]
   return (order + per_group * np.arange(groups)[:, None]).reshape(-1)
@@ -337,27 +351,34 @@ def keep_rows(ended: np.ndarray, groups: int, multiple: int,
 
 
 def _round(n: int, multiple: int, least: int, most: int,
-           geometric: bool = True) -> int:
+           geometric: bool = True, per_octave: int = 0) -> int:
   """The least `multiple` x 2^k >= n (`geometric`: few distinct row
   counts, so few compiled programs) or the least multiple of `multiple`
-  >= n, within [least, most].
+  >= n (with `per_octave` k > 0: of max(`multiple`, 2^j / k), where 2^j is
+  the largest power of two below n), within [least, most].
 
   >>> [_round(n, 8, 8, 64) for n in (1, 9, 17, 33, 60)]
   [8, 16, 32, 64, 64]
   >>> [_round(n, 8, 8, 64, geometric=False) for n in (1, 9, 17, 33, 60)]
   [8, 16, 24, 40, 64]
+  >>> [_round(n, 16, 0, 999, False, 4) for n in (65, 128, 129, 257, 449)]
+  [80, 128, 160, 320, 512]
   """
   if geometric:
     size = multiple
     while size < n:
       size *= 2
   else:
-    size = -(-n // multiple) * multiple
+    step = multiple
+    if per_octave:
+      below = 1 << max(0, (n - 1).bit_length() - 1)  # 2^j < n <= 2^(j+1)
+      step = max(multiple, below // per_octave)
+    size = -(-n // step) * step
   return min(most, max(least, size))
 
 
 def sample_rows(n: int, multiple: int, least: int,
-                geometric: bool = True) -> int:
+                geometric: bool = True, per_octave: int = 0) -> int:
   """How many sample rows a one-pool batch (`RowLayout.groups` 1) decodes
   when `n` of them are still decoding: below `multiple`, the least power
   of two >= n from min(8, multiple); from `multiple` on, `_round`'s
@@ -369,6 +390,8 @@ def sample_rows(n: int, multiple: int, least: int,
   [8, 8, 16, 64, 128]
   >>> [sample_rows(n, 8, 64) for n in (1, 9, 65)]
   [64, 64, 128]
+  >>> [sample_rows(n, 16, 0, False, 4) for n in (1, 9, 17, 65, 130)]
+  [8, 16, 32, 80, 160]
   """
   if n < multiple:
     size = min(8, multiple)
@@ -376,12 +399,14 @@ def sample_rows(n: int, multiple: int, least: int,
       size *= 2
     size = min(size, multiple)
   else:
-    size = _round(n, multiple, 0, 2 * n + multiple, geometric)  # uncapped
+    size = _round(n, multiple, 0, 2 * n + multiple, geometric,  # uncapped
+                  per_octave)
   return max(size, least)
 
 
 def keep_rows_padded(ended: np.ndarray, multiple: int, least: int,
-                     geometric: bool = True) -> np.ndarray:
+                     geometric: bool = True,
+                     per_octave: int = 0) -> np.ndarray:
   """`keep_rows` of one group, its count `sample_rows` of the rows not
   ended: the rows not ended first (in order), then ended ones, then, past
   the C rows there are, index C for each padding row to add (an ended row
@@ -392,7 +417,8 @@ def keep_rows_padded(ended: np.ndarray, multiple: int, least: int,
   >>> keep_rows_padded(np.array([0, 1, 0], bool), 4, 0).tolist()
   [0, 2, 1, 3]
   """
-  keep = sample_rows(int((~ended).sum()), multiple, least, geometric)
+  keep = sample_rows(int((~ended).sum()), multiple, least, geometric,
+                     per_octave)
   order = np.argsort(ended, kind="stable")[:keep]
   return np.concatenate([order, np.full(keep - order.size, ended.size)])
 
@@ -772,7 +798,8 @@ rows only with samples of the same input.
 
   def _per_group(self, need: int) -> int:
     c = self.compaction
-    return _round(need, c.multiple, self.least, self.cap, c.geometric)
+    return _round(need, c.multiple, self.least, self.cap, c.geometric,
+                  c.per_octave)
 
   def _cap(self) -> int:
     # Model rows per group at most: the group's sample rows (in a padded
@@ -784,7 +811,7 @@ rows only with samples of the same input.
     # Sample rows are model rows too when prefixes are not shared.
     c = self.compaction
     return sample_rows(need, c.multiple, 0 if self.share else
-                       self.least_rows, c.geometric)
+                       self.least_rows, c.geometric, c.per_octave)
 
   def _add(self, key, request: DecodeRequest, first: bool = False):
     # The first request's inputs form `layout.classes` runs of equal
@@ -947,10 +974,10 @@ rows only with samples of the same input.
       return
     if self.pad:
       take = keep_rows_padded(ended, c.multiple, 0 if self.share else
-                              self.least_rows, c.geometric)
+                              self.least_rows, c.geometric, c.per_octave)
     else:
       take = keep_rows(ended, self.pools, c.multiple, self.least_rows,
-                       c.geometric)
+                       c.geometric, c.per_octave)
     if self.share:
       # Overflow (a step needs more model rows): twice what it needs.
       m_new = self._per_group(2 * need if need > self.m else need)

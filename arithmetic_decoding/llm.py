@@ -72,15 +72,17 @@ PROMPT_BUCKET = 16
 MIN_SLOTS = 64
 # The compacted scheduler of the LLM entry points: at least 64 model rows
 # at every step, whatever the batch (`Compaction.pad_small`), and rows kept
-# in multiples of 64 (512 rows go 512, 448, 384, ... as samples end, not
-# 512, 256, 128: `geometric` kept every row of a 512-row decode to its end
-# while more than half were still decoding; docs/engine.md measures the
-# difference), sample rows padded to 8, 16, 32, 64, then multiples of 64
+# at four counts per doubling, at least multiples of 16 (64, 80, 96, 112,
+# 128, 160, ..., 448, 512 as samples end: `per_octave`). Coarser counts
+# step ended rows: 8 x 2^k (`geometric`) kept every row of a 512-row
+# decode while more than half were still decoding, multiples of 64 kept
+# a 128-row decode at 128 rows nearly to its end; docs/engine.md measures
+# the difference. Sample rows are padded to 8, 16, then those counts
 # (`pad_samples`: the programs do not depend on N). The samples are the
 # same: a row's logits do not depend on how many rows from 64 up it is
 # decoded among.
-LLM_COMPACTION = Compaction(pad_small=True, geometric=False, multiple=64,
-                            pad_samples=True)
+LLM_COMPACTION = Compaction(pad_small=True, geometric=False, multiple=16,
+                            per_octave=4, pad_samples=True)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

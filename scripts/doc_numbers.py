@@ -780,21 +780,37 @@ def test_tiers() -> str:
 
 
 def engine_rounding_table() -> str:
-  """docs/engine.md: rows kept in multiples of 64 against 8 x 2^k."""
+  """docs/engine.md: how the compacted scheduler rounds its rows (multiples
+  of 64, 32, 16 against 8 x 2^k), one table per CPU, the newest first."""
   latest = {}
   for r in _jsonl(RESULTS / "llm" / "bench_rounding.jsonl"):
-    latest[(r["variant"], r["method"], r["n"], r["temperature"])] = r
-  lines = ["| variant | method | N | T | warm s | first call s (compiles "
-           "included) | model row-steps | same samples as geometric |",
-           "|---|---|---:|---:|---:|---:|---:|---|"]
-  for (variant, method, n, t), r in sorted(
-      latest.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-    base = latest.get(("geometric", method, n, t))
-    same = ("yes" if base and base["checksum"] == r["checksum"] else
-            "no" if base else "-")
-    lines.append(f"| {variant} | {method} | {n} | {t} | {r['warm_seconds']} "
-                 f"| {r['first_seconds']} | {r['row_steps']:,} | {same} |")
-  return "\n".join(lines + _measured_on(latest.values()))
+    key = (r["host"], r["variant"], r["method"], r["n"], r["temperature"])
+    latest.pop(key, None)  # kept in the order the latest records ran
+    latest[key] = r
+  order = {key: i for i, key in enumerate(latest)}
+  hosts = []
+  for r in _jsonl(RESULTS / "llm" / "bench_rounding.jsonl"):
+    if r["host"] in hosts:
+      hosts.remove(r["host"])
+    hosts.insert(0, r["host"])
+  tables = []
+  for host in hosts:
+    mine = {k[1:]: r for k, r in latest.items() if k[0] == host}
+    lines = ["| variant | method | N | T | warm s | first call s (compiles "
+             "included) | model row-steps | same samples as the other "
+             "variants |",
+             "|---|---|---:|---:|---:|---:|---:|---|"]
+    for (variant, method, n, t), r in sorted(
+        mine.items(), key=lambda kv: (kv[0][2], kv[0][1],
+                                      order[(host,) + kv[0]])):
+      sums = {o["checksum"] for k, o in mine.items() if k[1:] == (method, n, t)}
+      others = sum(1 for k in mine if k[1:] == (method, n, t)) > 1
+      same = ("-" if not others else "yes" if len(sums) == 1 else "no")
+      lines.append(f"| {variant} | {method} | {n} | {t} | "
+                   f"{r['warm_seconds']} | {r['first_seconds']} | "
+                   f"{r['row_steps']:,} | {same} |")
+    tables.append("\n".join(lines + _measured_on(mine.values())))
+  return "\n\n".join(tables)
 
 
 def engine_programs_table() -> str:

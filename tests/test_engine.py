@@ -97,8 +97,9 @@ def test_a_prompt_samples_the_same_alone_and_in_any_batch(tiny, arch,
 @pytest.mark.slow
 def test_the_compacted_programs_do_not_depend_on_n(tiny):
   """A batch of independent rows is padded with ended rows to
-  `compaction.sample_rows` (8, 16, 32, 64, then multiples of 64 for the
-  LLM entry points): N = 8, 5 and 3 samples of a prompt run the segment
+  `compaction.sample_rows` (8, 16, then four counts per doubling, at
+  least multiples of 16, for the LLM entry points: 32, 48, 64, 80, ...,
+  128, 160, ...): N = 8, 5 and 3 samples of a prompt run the segment
   programs compiled for N = 8 (none compiled anew), and N = 5 samples of
   a prompt alone (8 rows) are those it samples among others (15 rows, 16
   with padding)."""
@@ -121,8 +122,10 @@ def test_the_compacted_programs_do_not_depend_on_n(tiny):
   among = generate(llm, PROMPTS["llama"][:3], 5, prompt_ids=[1, 2, 0], **kw)
   assert alone.tokens[0] == among.tokens[2]
   assert alone.log_probs[0].tobytes() == among.log_probs[2].tobytes()
-  assert [compaction.sample_rows(n, 64, 0, geometric=False)
-          for n in (1, 8, 9, 33, 64, 65, 130)] == [8, 8, 16, 64, 64, 128, 192]
+  c = llm_lib.LLM_COMPACTION
+  assert [compaction.sample_rows(n, c.multiple, 0, c.geometric, c.per_octave)
+          for n in (1, 8, 9, 17, 33, 64, 65, 130, 300)] == [
+              8, 8, 16, 32, 48, 64, 80, 160, 320]
 
 
 @pytest.mark.slow

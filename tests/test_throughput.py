@@ -519,13 +519,24 @@ def test_keep_rows_keeps_every_decoding_row():
     ended = rng.rand(groups * per_group) < rng.rand()
     multiple, least = rng.randint(1, 9), rng.randint(1, per_group + 1)
     geometric = bool(rng.rand() < 0.5)
-    take = keep_rows(ended, groups, multiple, least, geometric)
+    per_octave = 0 if geometric else int(rng.choice([0, 0, 1, 2, 4]))
+    if per_octave:
+      multiple = int(rng.choice([1, 2, 4, 8]))
+    take = keep_rows(ended, groups, multiple, least, geometric, per_octave)
     keep = take.size // groups
     assert take.size == groups * keep and least <= keep <= per_group
     # the group with most rows decoding, rounded up to a count allowed
     need = int((~ended).reshape(groups, per_group).sum(axis=1).max())
     counts = ([multiple * 2**j for j in range(8)] if geometric else
               range(0, per_group + multiple, multiple))
+    if per_octave:  # s allowed: a multiple of max(multiple, 2^j / k) for
+      # the 2^j < s <= 2^(j+1), found by search rather than bit_length
+      def step(s):
+        j = 0
+        while 2 ** (j + 1) < s:
+          j += 1
+        return max(multiple, 2 ** j // per_octave)
+      counts = [s for s in range(1, 2 * per_group + 16) if s % step(s) == 0]
     rounded = min(k for k in counts if k >= need)
     assert keep == min(per_group, max(least, rounded))
     # every decoding row is kept, each in its own group, in order
