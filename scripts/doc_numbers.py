@@ -776,6 +776,21 @@ def test_tiers() -> str:
     lines.append("")
     lines.append("Within that `.ci/run`: " + "; ".join(
         f"`{name}` {text}" for name, text in parts.items()) + ".")
+  # How much a tier's time moves on one CPU: its last records there.
+  spread = []
+  for tier, (command, _) in TIER_WHAT.items():
+    cpu = last.get(tier, {}).get("cpu")
+    mine = [r["wall_seconds"] / 60 for r in (_jsonl(path) if path.exists()
+                                              else [])
+            if r["tier"] == tier and r["cpu"] == cpu][-8:]
+    if len(mine) > 1:
+      over = sum(m * 60 > test_budget.TIERS[tier][1] for m in mine)
+      spread.append(f"{command} {min(mine):.1f}-{max(mine):.1f} min over "
+                    f"its last {len(mine)} ({over} over budget)")
+  if spread:
+    lines.append("")
+    lines.append("The same tiers on the same kind of CPU, their last records: "
+                 + "; ".join(spread) + ".")
   return "\n".join(lines)
 
 

@@ -569,6 +569,10 @@ def test_compaction_arguments_are_checked(translator):
     Compaction(segment_steps=0)
   with pytest.raises(ValueError, match="multiple"):
     Compaction(multiple=-1)
+  with pytest.raises(ValueError, match="per_octave"):
+    Compaction(per_octave=-1, geometric=False)
+  with pytest.raises(ValueError, match="per_octave needs geometric=False"):
+    Compaction(per_octave=4)  # geometric is the default
   tokens = translator.encode(["In the beginning."])
   common = dict(eos_id=1, key=jax.random.PRNGKey(0), num_decodes=2,
                 max_decode_len=8, temperature=0.5)
