@@ -756,7 +756,8 @@ def test_tiers() -> str:
   """docs/testing.md: each tier's last measured time against its budget."""
   last = {}
   path = RESULTS / "test_budget.jsonl"
-  for r in _jsonl(path) if path.exists() else []:
+  records = _jsonl(path) if path.exists() else []
+  for r in records:
     last[r["tier"]] = r
   lines = ["| command | what | budget | last measured on 2 cores |",
            "|---|---|---:|---|"]
@@ -780,8 +781,7 @@ def test_tiers() -> str:
   spread = []
   for tier, (command, _) in TIER_WHAT.items():
     cpu = last.get(tier, {}).get("cpu")
-    mine = [r["wall_seconds"] / 60 for r in (_jsonl(path) if path.exists()
-                                              else [])
+    mine = [r["wall_seconds"] / 60 for r in records
             if r["tier"] == tier and r["cpu"] == cpu][-8:]
     if len(mine) > 1:
       over = sum(m * 60 > test_budget.TIERS[tier][1] for m in mine)
@@ -798,13 +798,14 @@ def engine_rounding_table() -> str:
   """docs/engine.md: how the compacted scheduler rounds its rows (multiples
   of 64, 32, 16 against 8 x 2^k), one table per CPU, the newest first."""
   latest = {}
-  for r in _jsonl(RESULTS / "llm" / "bench_rounding.jsonl"):
+  records = _jsonl(RESULTS / "llm" / "bench_rounding.jsonl")
+  for r in records:
     key = (r["host"], r["variant"], r["method"], r["n"], r["temperature"])
     latest.pop(key, None)  # kept in the order the latest records ran
     latest[key] = r
   order = {key: i for i, key in enumerate(latest)}
   hosts = []
-  for r in _jsonl(RESULTS / "llm" / "bench_rounding.jsonl"):
+  for r in records:
     if r["host"] in hosts:
       hosts.remove(r["host"])
     hosts.insert(0, r["host"])
