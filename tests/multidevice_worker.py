@@ -7,6 +7,8 @@ Multi-device JAX needs XLA_FLAGS before jax starts, so the tests and
 
 Scenarios:
   meshes       every method on data-parallel and model-parallel meshes
+               (all of MESHES, or those given as JSON: ["2x1", "4x2", ...];
+               the one-device reference always)
   hlo          collectives inside and outside the compiled decode loops
                (JSON in OUT)
   multihost    one of two processes (4 devices each) of the 2x2x2 topology
@@ -75,7 +77,11 @@ def decode(mesh, method, params, tokens, key, model=MODEL, n=N,
 def run_meshes():
   params, tokens, key = inputs()
   results = {}
+  wanted = json.loads(sys.argv[3]) if len(sys.argv) > 3 else None
   for name, shape in MESHES:
+    if wanted is not None and shape != (1, 1) and (
+        f"{shape[0]}x{shape[1]}" not in wanted):
+      continue
     mesh = make_mesh(load_topology(name), shape)
     for method in Method:
       fn, args = decode(mesh, method, params, tokens, key)
