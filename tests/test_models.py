@@ -1,5 +1,11 @@
-"""The T5.1.1 / mT5 encoder-decoder: cached decoding equals the full pass."""
+"""The T5.1.1 / mT5 encoder-decoder: cached decoding equals the full pass;
+both models' random parameters are those of flax's op-by-op init."""
 
+import dataclasses
+import json
+import pathlib
+
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -7,8 +13,10 @@ import pytest
 
 from arithmetic_decoding import arithmetic_sample
 from arithmetic_decoding.beam_search import beam_search
-from arithmetic_decoding.models import (PRESETS, EncoderDecoderModel, init_cache,
-                                        preset, relative_position_bucket)
+from arithmetic_decoding.models import (PRESETS, TINY, DecoderOnlyModel,
+                                        EncoderDecoderModel, T5Config,
+                                        init_cache, preset,
+                                        relative_position_bucket)
 from arithmetic_decoding.protocol import DecodingState
 from arithmetic_decoding.sharding import LOGICAL_AXIS_RULES
 from helpers import teacher_forced_log_probs
@@ -159,6 +167,46 @@ def test_parameters_carry_logical_axes_matching_their_shapes(name):
     for axis_name, size in zip(spec, shape.shape):
       assert axis_name in rule_names, (path, axis_name)
       assert size_of[axis_name] == size, (path, axis_name)
+
+
+_EN_FR = pathlib.Path(__file__).parent.parent / (
+    "apps/arithmetic_apps/assets/en_fr/config.json")
+
+
+def _models():
+  """Name -> model: the T5 presets' tiny, the embedded translator's config
+  (its training started from these parameters), both decoder families in
+  float32 and bfloat16."""
+  t5 = {"t5-tiny": EncoderDecoderModel(preset("tiny")),
+        "t5-tiny-time-minor": EncoderDecoderModel(preset("tiny"),
+                                                  time_minor=True),
+        "t5-en-fr": EncoderDecoderModel(
+            T5Config(**json.loads(_EN_FR.read_text())))}
+  decoders = {f"{arch}-{dtype}": DecoderOnlyModel(
+      dataclasses.replace(TINY[arch], dtype=dtype))
+              for arch in sorted(TINY) for dtype in ("float32", "bfloat16")}
+  return {**t5, **decoders}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(_models()))
+def test_compiled_init_equals_flax_init_op_by_op(name):
+  """`model.init` (one compiled program) gives the bits of flax's
+  `module.init` run eagerly, leaf by leaf, dtypes included."""
+  model = _models()[name]
+  rng = jax.random.PRNGKey(3)
+  if isinstance(model, DecoderOnlyModel):
+    args = model._init_args()  # pylint: disable=protected-access
+  else:
+    args = (jnp.ones((1, 4), jnp.int32),) * 2
+  eager = nn.unbox(model.module.init(rng, *args)["params"])
+  compiled = model.init(rng)
+  assert (jax.tree_util.tree_structure(compiled)
+          == jax.tree_util.tree_structure(eager))
+  for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(compiled),
+                          jax.tree_util.tree_leaves(eager)):
+    assert a.dtype == b.dtype, path
+    assert np.asarray(a).tobytes() == np.asarray(b).tobytes(), path
 
 
 def test_relative_buckets_are_monotone_and_in_range():

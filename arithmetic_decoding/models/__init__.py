@@ -8,6 +8,8 @@ Hugging Face model folders.
   hf_loader, hf_tokenizer                       Hugging Face folders (`llm`)
   vocab                                         special and stop ids, chat
                                                 template (both formats)
+  initializers                                  random parameters (both
+                                                families) in one program
 """
 
 from arithmetic_decoding.models.config import PRESETS, T5Config, preset

@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 
 from arithmetic_decoding.loop import CacheGrowth, cache_slots, resize_cache
+from arithmetic_decoding.models import initializers
 from arithmetic_decoding.models.decoder_config import DecoderConfig
 from arithmetic_decoding.models.decoder_only import DecoderOnly, init_cache
 from arithmetic_decoding.protocol import ContextStep
@@ -71,7 +72,7 @@ class DecoderOnlyModel:
 
   def init(self, rng: jax.Array) -> PyTree:
     """Random parameters (tests; real ones come from `gguf_loader`)."""
-    return nn.unbox(self.module.init(rng, *self._init_args())["params"])
+    return initializers.params(self.module, rng, *self._init_args())
 
   def param_logical_axes(self) -> PyTree:
     """Logical PartitionSpecs of the parameters (nothing allocated)."""

@@ -43,6 +43,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from arithmetic_decoding.models import initializers
 from arithmetic_decoding.models.decoder_config import DecoderConfig
 
 PyTree = Any
@@ -51,7 +52,7 @@ _MASK = -1e30
 
 
 def _param(module: nn.Module, name: str, shape, axes, dtype, init=None):
-  init = init or nn.initializers.normal(stddev=0.02)
+  init = init or initializers.normal(0.02)
   return module.param(name, nn.with_logical_partitioning(init, axes), shape,
                       dtype)
 

@@ -53,6 +53,7 @@ import jax.numpy as jnp
 
 from arithmetic_decoding import validation
 from arithmetic_decoding.loop import CacheGrowth, cache_slots, resize_cache
+from arithmetic_decoding.models import initializers
 from arithmetic_decoding.models.config import T5Config, preset
 from arithmetic_decoding.models.t5 import T5, constrain
 from arithmetic_decoding.protocol import (ContextStep, DecodingState,
@@ -147,7 +148,7 @@ class EncoderDecoderModel:
   def init(self, rng: jax.Array) -> PyTree:
     """Random parameters (their logical axes: `param_logical_axes`)."""
     tokens = jnp.ones((1, 4), jnp.int32)
-    return nn.unbox(self.module.init(rng, tokens, tokens)["params"])
+    return initializers.params(self.module, rng, tokens, tokens)
 
   def param_logical_axes(self) -> PyTree:
     """Logical axis names of the parameters (no arrays are allocated)."""

@@ -40,6 +40,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from arithmetic_decoding.models import initializers
 from arithmetic_decoding.models.config import T5Config
 
 # Logical axes of the decode cache's key/value arrays: [B, T, H, K] (T5X's
@@ -83,7 +84,7 @@ def relative_position_bucket(relative_position: jax.Array, bidirectional: bool,
 
 
 def _param(module: nn.Module, name: str, shape, axes, std: float, dtype):
-  init = nn.initializers.normal(stddev=std)
+  init = initializers.normal(std)
   return module.param(name, nn.with_logical_partitioning(init, axes), shape,
                       dtype)
 
