@@ -476,8 +476,11 @@ def _assign_reference(owner, token, ended, groups, model_rows):
 
 @pytest.mark.slow
 def test_assign_model_rows_matches_a_reference():
-  # 60 random cases over five shapes (each shape is one compile): one group
-  # of one row, groups with spare model rows or none, up to 11 rows each.
+  # 60 random cases over five shapes (each shape is one compile, as inside
+  # the compacted segment: run op by op, each shape would compile every
+  # operation): one group of one row, groups with spare model rows or
+  # none, up to 11 rows each.
+  assign = jax.jit(assign_model_rows, static_argnums=(3, 4))
   rng = np.random.RandomState(0)
   shapes = [(1, 1, 0), (1, 11, 2), (2, 7, 0), (3, 5, 1), (3, 11, 2)]
   for case in range(60):
@@ -487,7 +490,7 @@ def test_assign_model_rows_matches_a_reference():
              np.repeat(np.arange(groups) * m, per))
     token = rng.randint(1, 4, groups * per)
     ended = rng.rand(groups * per) < 0.3
-    new, need, (to, frm, count) = assign_model_rows(
+    new, need, (to, frm, count) = assign(
         jnp.asarray(owner), jnp.asarray(token), jnp.asarray(ended), groups,
         groups * m)
     ref_owner, ref_need, ref_splits = _assign_reference(
