@@ -602,6 +602,40 @@ def test_a_run_ends_even_if_the_scorer_dies():
   Host(slot).assert_unchanged()
 
 
+def test_end_returns_when_a_server_outlives_its_launcher():
+  # bwrap's namespace init runs in a session of its own: the launcher's
+  # process group can die without it (its parent-death signal was once
+  # seen not to fire), and a run then hung in `end`, closing the output
+  # pipe under the drain still reading it. Here a serving program in a
+  # session of its own holds the output until its requests pipe closes:
+  # `end` returns, with everything it printed.
+  req_r, req_w = os.pipe()
+  server = (f"echo serving; cat /dev/fd/{req_r} >/dev/null; echo ended")
+  launcher = subprocess.Popen(
+      ["sh", "-c", f"setsid sh -c '{server}' & exit 0"],
+      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=(req_r,),
+      start_new_session=True)
+  os.close(req_r)
+  process = sandbox._Process.__new__(sandbox._Process)  # pylint: disable=protected-access
+  vars(process).update(proc=launcher, limits=LIMITS, output=bytearray(),
+                       too_much=threading.Event(), group=None, workdir=None,
+                       requests=req_w, responses=None)
+  process.drain = threading.Thread(target=process._drain, daemon=True)  # pylint: disable=protected-access
+  process.drain.start()
+  deadline = time.monotonic() + 30
+  while not process.output:  # the server is up, in its own session
+    assert time.monotonic() < deadline, "the server never started"
+    time.sleep(0.01)
+  ended = []
+  closer = threading.Thread(target=lambda: ended.append(process.end()),
+                            daemon=True)
+  closer.start()
+  closer.join(timeout=30)
+  assert ended, "end() did not return"
+  assert process.text() == "serving\nended\n"
+  assert launcher.stdout.closed and process.requests is None
+
+
 # --- No silent weak mode -------------------------------------------------
 
 

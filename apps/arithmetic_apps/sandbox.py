@@ -466,10 +466,18 @@ class _Process:
     """Kills what is left and cleans up: (return code, OOM-killed)."""
     self.kill()
     self.proc.wait()
-    self.drain.join(timeout=5)
-    self.proc.stdout.close()
     oom = self.group is not None and self.group.oom_kills() > 0
+    # What may still hold the output pipe goes before the drain is awaited:
+    # the slot's group is emptied, and the requests pipe closed (a serving
+    # harness reads its end and exits). bwrap's namespace init can outlive
+    # the launcher's process group (it runs in a session of its own, and
+    # its parent-death signal has been seen not to fire), and closing
+    # stdout while the drain is blocked reading it waits on the reader's
+    # lock forever: a run hung so.
     self._clean()
+    self.drain.join(timeout=5)
+    if not self.drain.is_alive():
+      self.proc.stdout.close()
     return self.proc.returncode, oom
 
   def _clean(self) -> None:
