@@ -203,14 +203,19 @@ def test_num_decodes_are_batch_major_and_sorted(run_mode):
       np.testing.assert_allclose(log_probs[b, j], expected, atol=1e-5)
 
 
-def recording_model(record, vocab=4):
-  """Returns logits preferring token 2 and records the cache it sees."""
+def recording_model(record, vocab=4, values=None):
+  """Returns logits preferring token 2 and records the cache it sees: its
+  shapes and type as traced in `record`, and (if given a list) its values
+  in `values`, once per run of the model (a callback from the compiled
+  loop)."""
 
   def tokens_to_logits(state):
     record.append(jax.tree_util.tree_map(lambda x: x.shape, state.cache))
     record.append(type(state.cache))
-    if not isinstance(state.cur_token, jax.core.Tracer):  # under disable_jit
-      record.append(jax.tree_util.tree_map(np.asarray, state.cache))
+    if values is not None:
+      jax.debug.callback(
+          lambda c: values.append(jax.tree_util.tree_map(np.asarray, c)),
+          dict(state.cache), ordered=True)
     rows = state.cur_token.shape[0]
     logits = jnp.where(jnp.arange(vocab)[None, :] == 2, 0.0, NEG)
     # Return a plain dict, as flax's mutable apply does.
@@ -257,12 +262,13 @@ def test_cache_expansion(with_initial_index, scanned):
         (3,) if scanned else (), np.int32)
   kwargs = dict(initial_index=np.array([1, 1], np.int32)) if with_initial_index else {}
   inputs = np.array([[0, 6, 0, 0, 0], [0, 7, 0, 0, 0]], np.int32)
-  with jax.disable_jit():  # the model sees concrete caches: record values
-    arithmetic_sample(inputs, cache, recording_model(record), EOS_ID, KEY,
-                      num_decodes=n, topk=0, cache_offset=1 if scanned else 0,
-                      **kwargs)
+  seen = []  # the cache's values at each run of the model
+  arithmetic_sample(inputs, cache, recording_model(record, values=seen),
+                    EOS_ID, KEY, num_decodes=n, topk=0,
+                    cache_offset=1 if scanned else 0, **kwargs)
+  jax.effects_barrier()
   # Batch-major (each row repeated N times, never the batch tiled).
-  values = record[2]["decoder"]["layers_0"]["self_attention"]
+  values = seen[0]["decoder"]["layers_0"]["self_attention"]
   axis = 1 if scanned else 0
   np.testing.assert_array_equal(
       np.take(values["cached_key"], 0, axis=-1)[..., 0],
@@ -293,10 +299,12 @@ def test_frozen_dict_cache_stays_frozen():
 
 
 def count_calls(model):
+  """The model, and a list that gets one entry per run of it (a callback
+  from the compiled loop: read it after `jax.effects_barrier()`)."""
   calls = []
 
   def tokens_to_logits(state):
-    calls.append(1)
+    jax.debug.callback(lambda: calls.append(1), ordered=True)
     return model(state)
 
   return tokens_to_logits, calls
@@ -308,10 +316,10 @@ def test_max_decode_steps_with_initial_index(initial_index, expected_calls):
   model = constant_model([[NEG, NEG, NEG, 0]] * 2)
   tokens_to_logits, calls = count_calls(model)
   inputs = np.array([[0, 2, 0, 0, 0, 0, 0, 0], [0, 2, 2, 0, 0, 0, 0, 0]], np.int32)
-  with jax.disable_jit():  # the loop runs in Python: calls are counted
-    decodes, log_probs = arithmetic_sample(
-        inputs, {}, tokens_to_logits, EOS_ID, KEY, topk=4, max_decode_steps=4,
-        initial_index=initial_index)
+  decodes, log_probs = arithmetic_sample(
+      inputs, {}, tokens_to_logits, EOS_ID, KEY, topk=4, max_decode_steps=4,
+      initial_index=initial_index)
+  jax.effects_barrier()
   assert len(calls) == expected_calls
   np.testing.assert_array_equal(decodes[:, 0], [[2, 3, 3, 3, 3, 0, 0, 0],
                                                 [2, 2, 3, 3, 3, 3, 0, 0]])
@@ -323,10 +331,10 @@ def test_max_decode_steps_rows_that_finish_early_keep_padding():
   tokens_to_logits, calls = count_calls(model)
   inputs = np.array([[0, 2, 0, 0, 0, 0, 0, 0], [0, 2, 2, 2, 2, 2, 2, 0],
                      [0, 2, 2, 2, 0, 0, 0, 0]], np.int32)
-  with jax.disable_jit():
-    decodes, _ = arithmetic_sample(inputs, {}, tokens_to_logits, EOS_ID, KEY,
-                                   topk=4, max_decode_steps=4,
-                                   initial_index=np.array([1, 6, 0]))
+  decodes, _ = arithmetic_sample(inputs, {}, tokens_to_logits, EOS_ID, KEY,
+                                 topk=4, max_decode_steps=4,
+                                 initial_index=np.array([1, 6, 0]))
+  jax.effects_barrier()
   # Row 2 starts at 0: 3 steps through its prompt, then 4 decoded tokens.
   assert len(calls) == 7
   np.testing.assert_array_equal(decodes[:, 0], [[2, 3, 3, 3, 3, 0, 0, 0],
