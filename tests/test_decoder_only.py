@@ -9,6 +9,7 @@ them, greedy through the protocol equals the argmax of recomputed logits.
 """
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -93,7 +94,10 @@ def reference_logits(cfg: DecoderConfig, params, tokens):
   return x @ out
 
 
+@functools.lru_cache(maxsize=None)
 def _model(arch, seed=0):
+  """(model, params) of TINY[arch], made once per process (arrays are
+  immutable: tests share them)."""
   model = DecoderOnlyModel(TINY[arch])
   params = model.init(jax.random.PRNGKey(seed))
   # Norm scales away from 1, so that a norm applied to the wrong tensor shows.
@@ -117,7 +121,7 @@ def _prompts():
 def test_logits_match_independent_reference(arch):
   model, params = _model(arch)
   tokens = jnp.array([[3, 17, 5, 60, 2, 2, 9, 31, 12]])
-  ours = np.asarray(model.logits(params, tokens))[0]
+  ours = np.asarray(jax.jit(model.logits)(params, tokens))[0]
   ref = reference_logits(model.config, params, tokens[0])
   assert np.abs(ref).max() > 1.0  # not a degenerate model
   np.testing.assert_allclose(ours, ref, rtol=0, atol=2e-4 * np.abs(ref).max())
@@ -130,7 +134,7 @@ def test_bfloat16_parameters_stay_close(arch):
   m16 = DecoderOnlyModel(cfg16)
   p16 = jax.tree_util.tree_map(lambda x: x.astype(jnp.bfloat16), params)
   tokens = jnp.array([[3, 17, 5, 60, 2]])
-  ours = np.asarray(m16.logits(p16, tokens))[0]
+  ours = np.asarray(jax.jit(m16.logits)(p16, tokens))[0]
   ref = reference_logits(model.config, params, tokens[0])
   # bfloat16 keeps 8 bits of mantissa: a few percent of the logit scale.
   assert np.abs(ours - ref).max() < 0.1 * np.abs(ref).max()
@@ -144,7 +148,8 @@ def test_prefill_then_steps_equal_full_recompute(arch):
   model, params = _model(arch)
   prompts = _prompts()
   length = 12
-  inputs, cache, t2l = model.decode_inputs(params, jnp.asarray(prompts), length)
+  inputs, cache, t2l = _decode_inputs(model, params, prompts, length)
+  t2l = jax.jit(t2l)
   index = np.asarray(model.start_index(jnp.asarray(prompts)))
   assert index.tolist() == [5, 2, 7]
   seqs = [list(r[r != 0]) for r in prompts]
@@ -163,10 +168,18 @@ def test_prefill_then_steps_equal_full_recompute(arch):
       s.append(int(np.argmax(np.asarray(logits[b]))) or 1)
 
 
+def _decode_inputs(model, params, prompts, length):
+  """`model.decode_inputs` with its prefill compiled as one program (run op
+  by op, every operation of the forward pass is a compile of its own)."""
+  inputs, cache, context = jax.jit(model.decode_start, static_argnums=2)(
+      params, jnp.asarray(prompts), length)
+  return inputs, cache, model.step_fn(params, context)
+
+
 def _sample(model, params, prompts, method, n=4, length=14, eos=1, steps=None,
             key=3, **kw):
   prompts = jnp.asarray(prompts)
-  inputs, cache, t2l = model.decode_inputs(params, prompts, length)
+  inputs, cache, t2l = _decode_inputs(model, params, prompts, length)
   return Method.of(method).decode(
       inputs, cache, t2l, eos, jax.random.PRNGKey(key), num_decodes=n,
       initial_index=model.start_index(prompts), max_decode_steps=steps, **kw)
@@ -221,7 +234,7 @@ def test_prefill_equals_teacher_forcing_through_the_loop(arch):
   prompts = jnp.asarray(_prompts())
   starts = np.asarray(model.start_index(prompts))
   length, n, key = 14, 8, jax.random.PRNGKey(5)
-  inputs, cache, t2l = model.decode_inputs(params, prompts, length)
+  inputs, cache, t2l = _decode_inputs(model, params, prompts, length)
   inputs0, cache0 = model.empty_start(prompts, length)
   for temperature in (0.0, 1.0):
     kw = dict(num_decodes=n, temperature=temperature, topk=0,
