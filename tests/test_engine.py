@@ -41,12 +41,23 @@ PROMPTS = {"llama": ["hehe he", "h", "he eh hehe ehe h", "eh"],
            "gemma3": ["ab", "b", "a ab b ba ab", "ba"]}
 
 
+class _LazyLLMs(dict):
+  """arch -> its LLM, made at first use (the fast tier uses one)."""
+
+  def __init__(self, make):
+    super().__init__()
+    self._make = make
+
+  def __missing__(self, arch):
+    self[arch] = self._make(arch)
+    return self[arch]
+
+
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
   """Per architecture: a decoder of the real model's shapes with a tiny
   tokenizer (`llm_models.mid_llm`)."""
-  return {arch: mid_llm(tmp_path_factory.mktemp(arch), arch)
-          for arch in sorted(TINY)}
+  return _LazyLLMs(lambda arch: mid_llm(tmp_path_factory.mktemp(arch), arch))
 
 
 def _ids(llm, texts):
