@@ -17,6 +17,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import socket
 import struct
 import subprocess
@@ -602,38 +603,63 @@ def test_a_run_ends_even_if_the_scorer_dies():
   Host(slot).assert_unchanged()
 
 
-def test_end_returns_when_a_server_outlives_its_launcher():
-  # bwrap's namespace init runs in a session of its own: the launcher's
-  # process group can die without it (its parent-death signal was once
-  # seen not to fire), and a run then hung in `end`, closing the output
-  # pipe under the drain still reading it. Here a serving program in a
-  # session of its own holds the output until its requests pipe closes:
-  # `end` returns, with everything it printed.
-  req_r, req_w = os.pipe()
-  server = (f"echo serving; cat /dev/fd/{req_r} >/dev/null; echo ended")
+def _ending(command, requests=None, pass_fds=()):
+  """A `sandbox._Process` around `sh -c command` (run in a session of its
+  own, as bwrap's namespace init is), its drain started once the program
+  has printed; then `end()` called from a thread. Returns (process, ended:
+  [end's result] once it returned within 30 s, else [])."""
   launcher = subprocess.Popen(
-      ["sh", "-c", f"setsid sh -c '{server}' & exit 0"],
-      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=(req_r,),
+      ["sh", "-c", f"setsid sh -c '{command}' & exit 0"],
+      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=pass_fds,
       start_new_session=True)
-  os.close(req_r)
   process = sandbox._Process.__new__(sandbox._Process)  # pylint: disable=protected-access
   vars(process).update(proc=launcher, limits=LIMITS, output=bytearray(),
                        too_much=threading.Event(), group=None, workdir=None,
-                       requests=req_w, responses=None)
+                       requests=requests, responses=None)
   process.drain = threading.Thread(target=process._drain, daemon=True)  # pylint: disable=protected-access
   process.drain.start()
   deadline = time.monotonic() + 30
-  while not process.output:  # the server is up, in its own session
-    assert time.monotonic() < deadline, "the server never started"
+  while not process.output:  # the program is up, in its own session
+    assert time.monotonic() < deadline, "the program never started"
     time.sleep(0.01)
   ended = []
   closer = threading.Thread(target=lambda: ended.append(process.end()),
                             daemon=True)
   closer.start()
   closer.join(timeout=30)
+  return process, ended
+
+
+def test_end_returns_when_a_server_outlives_its_launcher():
+  # bwrap's namespace init runs in a session of its own: the launcher's
+  # process group can die without it (its parent-death signal was once
+  # seen not to fire), and a run then hung in `end`, closing the output
+  # pipe under the drain still reading it. A serving program that holds
+  # the output until its requests pipe closes: `end` returns, with
+  # everything it printed.
+  req_r, req_w = os.pipe()
+  process, ended = _ending(
+      f"echo serving; cat /dev/fd/{req_r} >/dev/null; echo ended",
+      requests=req_w, pass_fds=(req_r,))
+  os.close(req_r)
   assert ended, "end() did not return"
   assert process.text() == "serving\nended\n"
-  assert launcher.stdout.closed and process.requests is None
+  assert process.proc.stdout.closed and process.requests is None
+
+
+def test_end_returns_when_a_writer_ignores_every_pipe():
+  # A program that reads no requests and outlives the launcher (in the
+  # sandbox the slot's group kills it; without groups nothing does): `end`
+  # waits for the drain a bounded time, then returns with the output pipe
+  # left to the drain instead of blocking on it.
+  process, ended = _ending("echo $$; exec sleep 60")
+  try:
+    assert ended, "end() did not return"
+    assert not process.proc.stdout.closed and process.drain.is_alive()
+  finally:
+    os.kill(int(process.text().split()[0]), signal.SIGKILL)
+  process.drain.join(timeout=30)
+  assert not process.drain.is_alive()
 
 
 # --- No silent weak mode -------------------------------------------------

@@ -474,10 +474,12 @@ class _Process:
     # its parent-death signal has been seen not to fire), and closing
     # stdout while the drain is blocked reading it waits on the reader's
     # lock forever: a run hung so.
-    self._clean()
-    self.drain.join(timeout=5)
-    if not self.drain.is_alive():
-      self.proc.stdout.close()
+    try:
+      self._clean()
+    finally:
+      self.drain.join(timeout=5)
+      if not self.drain.is_alive():
+        self.proc.stdout.close()
     return self.proc.returncode, oom
 
   def _clean(self) -> None:
