@@ -1,10 +1,9 @@
 """Random parameters in one compiled program, with the bits of op-by-op init.
 
 Flax's `module.init` run eagerly runs the whole forward pass op by op: every
-operation at a new shape is a program of its own to compile (8-12 s for a
-two-layer decoder on 2 cores). Run under `jax.jit` it is one program (3-5
-s), but XLA then fuses `normal draw * stddev` into the draw's last
-arithmetic, and about a quarter of the parameters move by one float32 ulp.
+operation at a new shape is a program of its own to compile. Run under
+`jax.jit` it is one program, but XLA then fuses `normal draw * stddev` into
+the draw's last arithmetic, and some parameters move by one float32 ulp.
 Random parameters are what the project's pinned samples, its trained
 translator and its tests start from, so the two must agree bit for bit.
 
